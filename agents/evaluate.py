@@ -1,0 +1,180 @@
+"""`evaluate`: the one function that judges a candidate against a reference.
+
+The CLI, the search and the language server all call it. It parses both files (never runs
+them here), applies the static checker, then runs the review in a sandboxed child and turns
+whatever came back, or did not, into an `EvalResult`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+from agents.sandbox.process import ChildOutcome, Limits, run_child
+from agents.task import SourceFile, TaskLoadError, outline_candidate, outline_problem
+from agents.verify.static_check import check_candidate, uses_low_precision
+from agents.verify.verdict import EvalResult, Verdict
+
+DEVICES = ("cpu", "cuda")
+
+
+class EvalError(Exception):
+    """The request itself is wrong (bad reference, unknown device): a usage error."""
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """How to judge: device, trials, seeds, limits, and what to require."""
+
+    device: str = "cpu"
+    trials: int = 5
+    seed: int = 42
+    threads: int | None = None
+    measure: bool = True
+    timing_budget_s: float = 2.0
+    require_state_dict: bool = False
+    jail: bool = True
+    limits: Limits = field(default_factory=Limits)
+    cache_dir: Path | None = None
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cache_dir(options: EvalOptions) -> Path:
+    return options.cache_dir or Path(platformdirs.user_cache_dir("kernel-agent"))
+
+
+def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions) -> EvalResult:
+    """Judge `candidate` against `reference`. Raises EvalError only for a bad request."""
+    if options.device not in DEVICES:
+        raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
+    if options.trials < 1:
+        raise EvalError("--trials must be at least 1")
+    try:
+        outline_problem(reference)
+    except TaskLoadError as error:
+        raise EvalError(str(error)) from None
+    if options.device == "cuda":
+        _require_cuda()
+    try:
+        outline_candidate(candidate)
+    except TaskLoadError as error:
+        return EvalResult(Verdict.COMPILE_ERROR, [str(error)], device=options.device)
+
+    findings = check_candidate(
+        candidate.text, reference_is_fp32=not uses_low_precision(reference.text)
+    )
+    if findings:
+        return EvalResult(
+            Verdict.REJECTED,
+            [f"{candidate.label}:{f.line}: {f.message} [{f.rule}]" for f in findings],
+            device=options.device,
+            static_findings=[{"rule": f.rule, "line": f.line, "message": f.message}
+                             for f in findings],
+        )
+
+    threads = options.threads or default_threads()
+    source_hash = hashlib.sha256(candidate.text.encode()).hexdigest()[:16]
+    request = {
+        "reference": {"text": reference.text, "path": reference.path},
+        "candidate": {"text": candidate.text, "path": candidate.path},
+        "device": options.device,
+        "trials": options.trials,
+        "seed": options.seed,
+        "threads": threads,
+        "measure": options.measure,
+        "timing_budget_s": options.timing_budget_s,
+    }
+    outcome = run_child(
+        request,
+        device=options.device,
+        threads=threads,
+        build_cache=cache_dir(options) / "build" / source_hash,
+        limits=options.limits,
+        use_jail=options.jail,
+    )
+    return judge(outcome, options)
+
+
+def _require_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise EvalError("--device cuda: no CUDA device is available here; use --device cpu")
+
+
+def judge(outcome: ChildOutcome, options: EvalOptions) -> EvalResult:
+    """Turn a child's outcome into a verdict; silence, crashes and garbage all count."""
+    base = {"device": options.device, "isolation": outcome.isolation,
+            "elapsed_s": round(outcome.elapsed_s, 3)}
+    message = outcome.result
+    if message is not None:
+        report = dict(message.get("report") or {})
+        if report.pop("reference_failed", False):
+            raise EvalError("; ".join(report.get("reasons") or ["the reference failed"]))
+        try:
+            verdict = Verdict(report.pop("verdict"))
+            result = EvalResult(verdict=verdict, **report, **base)
+        except (KeyError, TypeError, ValueError):
+            return EvalResult(Verdict.RUNTIME_ERROR, ["the child sent a malformed result"],
+                              **base)
+        if result.correct and options.require_state_dict and not result.state_dict_compatible:
+            result.verdict = Verdict.REJECTED
+            result.reasons.append(
+                "ModelNew does not accept Model's state_dict as it is (keys or shapes differ), "
+                "so it is not a drop-in replacement"
+            )
+        if outcome.garbage_lines:
+            result.reasons.append(
+                f"ignored {outcome.garbage_lines} line(s) of garbage on the result channel"
+            )
+        return result
+    return EvalResult(_silent_verdict(outcome), _silent_reasons(outcome, options), **base)
+
+
+def _silent_verdict(outcome: ChildOutcome) -> Verdict:
+    if outcome.timed_out_phase:
+        return Verdict.TIMEOUT
+    if outcome.phase in ("start", "build"):
+        return Verdict.COMPILE_ERROR if outcome.returncode == 0 else Verdict.RUNTIME_ERROR
+    return Verdict.RUNTIME_ERROR
+
+
+def _silent_reasons(outcome: ChildOutcome, options: EvalOptions) -> list[str]:
+    if outcome.timed_out_phase == "build":
+        reasons = [f"building took longer than {options.limits.build_timeout_s:g} s"]
+    elif outcome.timed_out_phase:
+        reasons = [f"running took longer than {options.limits.run_timeout_s:g} s"]
+    else:
+        code = outcome.returncode
+        name = outcome.signal_name
+        if name is None and code is not None and code > 128:  # bubblewrap reports 128 + signal
+            name = ChildOutcome(returncode=128 - code).signal_name
+        if name:
+            cause = " (out of memory?)" if name == "SIGKILL" else ""
+            reasons = [f"the candidate's process was killed by {name}{cause} during {outcome.phase}"]
+        else:
+            reasons = [
+                f"the candidate's process exited with status {code} during {outcome.phase} "
+                "without reporting a verdict (os._exit or sys.exit in candidate code?)"
+            ]
+    last = _last_line(outcome.stderr_tail)
+    if last:
+        reasons.append(f"last line on stderr: {last}")
+    if outcome.garbage_lines:
+        reasons.append(f"{outcome.garbage_lines} line(s) of garbage on the result channel")
+    return reasons
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""

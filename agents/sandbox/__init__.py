@@ -1,0 +1,1 @@
+"""Run untrusted candidate code in a jailed, limited child process."""

@@ -1,0 +1,231 @@
+"""Run the verifier's child in a fresh interpreter, jailed and limited, and read what it says.
+
+The parent survives anything the child does: a crash, a hang, an out-of-memory kill, an early
+`os._exit`, or garbage on its pipes all become a `ChildOutcome` the caller turns into a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.sandbox.env import scrubbed_environment
+from agents.sandbox.jail import find_jail, jail_command
+
+TAIL_BYTES = 16_384
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Wall-clock limits per phase and OS limits for the child."""
+
+    build_timeout_s: float = 600.0
+    run_timeout_s: float = 300.0
+    address_space_bytes: int | None = None  # None: a share of this machine's memory
+    file_size_bytes: int = 2 * 1024**3
+
+
+@dataclass
+class ChildOutcome:
+    """What came back from one child, before it is judged."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    returncode: int | None = None
+    timed_out_phase: str | None = None
+    phase: str = "start"
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    garbage_lines: int = 0
+    isolation: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        for message in reversed(self.messages):
+            if message.get("kind") == "result":
+                return message
+        return None
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+
+def default_address_space() -> int:
+    """Three quarters of physical memory: a runaway candidate fails alone, not the machine."""
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return max(int(pages * 0.75), 4 * 1024**3)
+
+
+def _limit_child(address_space: int | None, file_size: int) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    if address_space is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def run_child(
+    request: dict[str, Any],
+    *,
+    device: str,
+    threads: int,
+    build_cache: Path,
+    limits: Limits,
+    entry: str = "agents.verify.child",
+    use_jail: bool = True,
+) -> ChildOutcome:
+    """Start `entry` in a jailed child with `request`, and collect its messages."""
+    build_cache.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="kernel-agent-"))
+    try:
+        return _run_in(workdir, request, device, threads, build_cache, limits, entry, use_jail)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_in(workdir, request, device, threads, build_cache, limits, entry, use_jail):
+    nonce = secrets.token_hex(16)
+    request_path = workdir / "request.json"
+    request_path.write_text(json.dumps({**request, "nonce": nonce}), encoding="utf-8")
+    read_fd, write_fd = os.pipe()
+    bootstrap = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        f"from {entry} import main; main(sys.argv[2:])"
+    )
+    argv = [sys.executable, "-I", "-c", bootstrap, str(project_root()), str(request_path),
+            str(write_fd)]
+    jail = find_jail() if use_jail else None
+    outcome = ChildOutcome()
+    if jail is not None:
+        argv = jail_command(jail, argv, writable=[workdir, build_cache], device=device)
+        outcome.isolation = jail.describe()
+    else:
+        outcome.isolation = "limits only (no bubblewrap jail available): scrubbed environment"
+    # CUDA reserves far more virtual memory than it uses, so an address-space cap breaks it.
+    address_space = None
+    if device != "cuda":
+        address_space = limits.address_space_bytes or default_address_space()
+        outcome.isolation += f", {address_space / 1024**3:.0f} GiB address space"
+    outcome.isolation += (
+        f", {limits.build_timeout_s:g} s build / {limits.run_timeout_s:g} s run wall clock"
+    )
+    env = scrubbed_environment(workdir, build_cache, threads)
+    started = time.monotonic()
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=(write_fd,),
+        env=env,
+        cwd=workdir,
+        start_new_session=True,
+        preexec_fn=lambda: _limit_child(address_space, limits.file_size_bytes),
+    )
+    os.close(write_fd)
+    try:
+        _collect(process, read_fd, nonce, limits, outcome, started)
+    finally:
+        os.close(read_fd)
+        _kill_group(process)
+    outcome.returncode = process.returncode
+    outcome.elapsed_s = time.monotonic() - started
+    return outcome
+
+
+def _collect(process, read_fd, nonce, limits, outcome, started) -> None:
+    selector = selectors.DefaultSelector()
+    selector.register(read_fd, selectors.EVENT_READ, "result")
+    selector.register(process.stdout, selectors.EVENT_READ, "stdout")
+    selector.register(process.stderr, selectors.EVENT_READ, "stderr")
+    buffers = {"result": b"", "stdout": b"", "stderr": b""}
+    open_streams = 3
+    phase_started = started
+    prefix = nonce.encode() + b" "
+    exited_at = 0.0
+    while open_streams:
+        limit = limits.build_timeout_s if outcome.phase in ("start", "build") else (
+            limits.run_timeout_s
+        )
+        remaining = phase_started + limit - time.monotonic()
+        if remaining <= 0:
+            outcome.timed_out_phase = "build" if outcome.phase in ("start", "build") else "run"
+            return
+        for key, _ in selector.select(timeout=min(remaining, 1.0)):
+            name = key.data
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                selector.unregister(key.fileobj)
+                open_streams -= 1
+                continue
+            if name != "result":
+                buffers[name] = (buffers[name] + chunk)[-TAIL_BYTES:]
+                setattr(outcome, f"{name}_tail", buffers[name].decode("utf-8", "replace"))
+                continue
+            buffers["result"] += chunk
+            *lines, buffers["result"] = buffers["result"].split(b"\n")
+            if len(buffers["result"]) > MAX_LINE_BYTES:
+                buffers["result"] = b""
+                outcome.garbage_lines += 1
+            for line in lines:
+                message = _parse(line, prefix)
+                if message is None:
+                    outcome.garbage_lines += 1
+                    continue
+                outcome.messages.append(message)
+                if message.get("kind") == "phase" and message.get("phase") != outcome.phase:
+                    outcome.phase = str(message.get("phase"))
+                    phase_started = time.monotonic()
+        if process.poll() is not None:
+            # Streams a leftover grandchild holds open must not keep us waiting.
+            exited_at = exited_at or time.monotonic()
+            if time.monotonic() - exited_at > 1.0:
+                break
+
+
+def _parse(line: bytes, prefix: bytes) -> dict[str, Any] | None:
+    if not line.startswith(prefix):
+        return None
+    try:
+        message = json.loads(line[len(prefix):])
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kill the child and everything it started; reap it so no zombie is left."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()

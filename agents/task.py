@@ -1,0 +1,193 @@
+"""KernelBench tasks: a problem file (`Model`, `get_inputs`, `get_init_inputs`) and a candidate
+(`ModelNew`), read from a path or from source text.
+
+Two levels, because the parent must never run candidate code: `outline_*` only parses (safe
+anywhere), `load_*` executes the module (only ever inside the sandboxed child).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import traceback
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REFERENCE_CLASS = "Model"
+CANDIDATE_CLASS = "ModelNew"
+PROBLEM_FUNCTIONS = ("get_inputs", "get_init_inputs")
+
+
+class TaskLoadError(Exception):
+    """A task or candidate that cannot be read or built; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """Python source and where it came from; `path` also names it in tracebacks."""
+
+    text: str
+    path: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.path or "<source>"
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> SourceFile:
+        file = Path(path)
+        if not file.is_file():
+            raise TaskLoadError(f"{file}: no such file")
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise TaskLoadError(f"{file}: cannot read: {error}") from None
+        return cls(text=text, path=str(file.resolve()))
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What a static parse tells about a file: its classes, functions and size constants."""
+
+    classes: tuple[str, ...]
+    functions: tuple[str, ...]
+    constants: dict[str, Any] = field(default_factory=dict)
+
+
+def outline(source: SourceFile) -> Outline:
+    """Parse without running; a syntax error becomes a one-line TaskLoadError."""
+    try:
+        tree = ast.parse(source.text, filename=source.label)
+    except SyntaxError as error:
+        raise TaskLoadError(
+            f"{source.label}:{error.lineno}: syntax error: {error.msg}"
+        ) from None
+    classes, functions, constants = [], [], {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            classes.append(node.name)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            functions.append(node.name)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id.isupper():
+                try:
+                    constants[target.id] = ast.literal_eval(node.value)
+                except (ValueError, SyntaxError, TypeError):
+                    pass
+    return Outline(tuple(classes), tuple(functions), constants)
+
+
+def outline_problem(source: SourceFile) -> Outline:
+    """Check that a problem file has the three KernelBench names."""
+    shape = outline(source)
+    if REFERENCE_CLASS not in shape.classes:
+        raise TaskLoadError(f"{source.label}: no `class {REFERENCE_CLASS}` at module level")
+    for name in PROBLEM_FUNCTIONS:
+        if name not in shape.functions:
+            raise TaskLoadError(f"{source.label}: no `def {name}()` at module level")
+    return shape
+
+
+def outline_candidate(source: SourceFile) -> Outline:
+    """Check that a candidate file defines `ModelNew`."""
+    shape = outline(source)
+    if CANDIDATE_CLASS not in shape.classes:
+        raise TaskLoadError(f"{source.label}: no `class {CANDIDATE_CLASS}` at module level")
+    return shape
+
+
+def describe_exception(error: BaseException, source: SourceFile, doing: str) -> str:
+    """One line: where in the user's file it failed, the exception and what we were doing."""
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if frame.filename == source.label:
+            line = frame.lineno
+    where = f"{source.label}:{line}" if line else source.label
+    message = " ".join(str(error).split()) or "(no message)"
+    if len(message) > 400:
+        message = message[:400] + "..."
+    return f"{where}: {type(error).__name__}: {message} (while {doing})"
+
+
+def load_module(source: SourceFile, module_name: str) -> types.ModuleType:
+    """Execute source as a fresh module; any exception, SystemExit included, becomes a
+    TaskLoadError. Only the sandboxed child calls this."""
+    try:
+        code = compile(source.text, source.label, "exec")
+    except SyntaxError as error:
+        raise TaskLoadError(
+            f"{source.label}:{error.lineno}: syntax error: {error.msg}"
+        ) from None
+    module = types.ModuleType(module_name)
+    module.__file__ = source.label
+    sys.modules[module_name] = module
+    try:
+        exec(code, module.__dict__)
+    except BaseException as error:  # SystemExit and KeyboardInterrupt from a candidate too
+        sys.modules.pop(module_name, None)
+        raise TaskLoadError(describe_exception(error, source, "importing")) from None
+    return module
+
+
+@dataclass
+class LoadedProblem:
+    """A problem module after import: the reference class and its input factories."""
+
+    module: types.ModuleType
+    model_class: type
+    get_inputs: Any
+    get_init_inputs: Any
+
+
+def load_problem(source: SourceFile, module_name: str = "kernel_agent_reference") -> LoadedProblem:
+    outline_problem(source)
+    module = load_module(source, module_name)
+    return LoadedProblem(
+        module=module,
+        model_class=_require(module, REFERENCE_CLASS, source, kind=type),
+        get_inputs=_require(module, "get_inputs", source),
+        get_init_inputs=_require(module, "get_init_inputs", source),
+    )
+
+
+def load_candidate(source: SourceFile, module_name: str = "kernel_agent_candidate") -> type:
+    outline_candidate(source)
+    module = load_module(source, module_name)
+    return _require(module, CANDIDATE_CLASS, source, kind=type)
+
+
+def _require(module: types.ModuleType, name: str, source: SourceFile, kind: type | None = None):
+    value = getattr(module, name, None)
+    if value is None:
+        raise TaskLoadError(f"{source.label}: `{name}` is not defined after import")
+    if kind is type and not isinstance(value, type):
+        raise TaskLoadError(f"{source.label}: `{name}` is not a class")
+    if kind is None and not callable(value):
+        raise TaskLoadError(f"{source.label}: `{name}` is not callable")
+    return value
+
+
+def call_factory(factory: Any, source: SourceFile, name: str) -> list[Any]:
+    """Call get_inputs/get_init_inputs and insist on a list or tuple."""
+    try:
+        values = factory()
+    except BaseException as error:
+        raise TaskLoadError(describe_exception(error, source, f"calling {name}()")) from None
+    if not isinstance(values, list | tuple):
+        raise TaskLoadError(
+            f"{source.label}: {name}() must return a list, got {type(values).__name__}"
+        )
+    return list(values)
+
+
+def build_model(model_class: type, init_inputs: list[Any], source: SourceFile) -> Any:
+    """Instantiate Model/ModelNew; an exception becomes a one-line TaskLoadError."""
+    try:
+        return model_class(*init_inputs)
+    except BaseException as error:
+        raise TaskLoadError(
+            describe_exception(error, source, f"building {model_class.__name__}")
+        ) from None

@@ -1,0 +1,152 @@
+"""Output comparison under two rules, both reported.
+
+`strict`: KernelBench's rule, allclose at a dtype's tolerance against the same-precision
+reference. `float64`: the candidate's error against a float64 run of the reference must stay
+within a small factor of the reference's own error. The second rule accepts legitimate
+reassociation (a sum moved ahead of a GEMM) that the first rejects on unlucky seeds, while
+TF32/bf16 downgrades stay orders of magnitude outside its band.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# Bound once, before any candidate code is imported, so patching torch cannot reach us.
+_allclose = torch.allclose
+_isfinite = torch.isfinite
+_equal = torch.equal
+
+STRICT_TOLERANCE = {
+    torch.float32: 1e-4,
+    torch.float16: 1e-2,
+    torch.bfloat16: 1e-2,
+    torch.float64: 1e-7,
+}
+ERROR_FACTOR = 4.0
+"""How many times the fp32 reference's own error a candidate may have against float64."""
+ERROR_FLOOR_EPS = 16.0
+"""Floor of the band, in units of the dtype's epsilon, for references that are exact."""
+
+
+class OutputMismatch(Exception):
+    """Outputs that cannot be compared at all (count, type, shape, dtype, device, layout)."""
+
+
+@dataclass
+class OutputComparison:
+    """How one output of one call compared."""
+
+    strict_ok: bool
+    float64_ok: bool | None
+    max_abs_diff: float
+    candidate_error: float | None
+    reference_error: float | None
+    error_ratio: float | None
+    nonfinite: bool
+
+    @property
+    def ok(self) -> bool:
+        if self.nonfinite:
+            return False
+        return self.strict_ok or bool(self.float64_ok)
+
+
+def flatten(output: Any) -> list[Any]:
+    """Tensors and scalars of a (nested) tuple/list/dict output, in a stable order."""
+    if isinstance(output, list | tuple):
+        return [leaf for item in output for leaf in flatten(item)]
+    if isinstance(output, dict):
+        return [leaf for key in sorted(output, key=str) for leaf in flatten(output[key])]
+    return [output]
+
+
+def check_structure(candidate: list[Any], reference: list[Any]) -> None:
+    """Exact count, type, shape, dtype, device and layout; no broadcasting."""
+    if len(candidate) != len(reference):
+        raise OutputMismatch(f"returned {len(candidate)} outputs, the reference {len(reference)}")
+    for index, (cand, ref) in enumerate(zip(candidate, reference, strict=True)):
+        where = f"output {index}"
+        if isinstance(ref, torch.Tensor):
+            if type(cand) is not torch.Tensor and type(cand) is not torch.nn.Parameter:
+                raise OutputMismatch(
+                    f"{where} is {type(cand).__module__}.{type(cand).__name__}, "
+                    "not a plain torch.Tensor (subclasses and lazy tensors are refused)"
+                )
+            if cand.is_meta or cand.layout != torch.strided:
+                raise OutputMismatch(f"{where} is not a materialised strided tensor")
+            if tuple(cand.shape) != tuple(ref.shape):
+                raise OutputMismatch(
+                    f"{where} has shape {tuple(cand.shape)}, expected {tuple(ref.shape)}"
+                )
+            if cand.dtype != ref.dtype:
+                raise OutputMismatch(f"{where} has dtype {cand.dtype}, expected {ref.dtype}")
+            if cand.device != ref.device:
+                raise OutputMismatch(f"{where} is on {cand.device}, expected {ref.device}")
+        elif type(cand) is not type(ref):
+            raise OutputMismatch(
+                f"{where} is {type(cand).__name__}, expected {type(ref).__name__}"
+            )
+
+
+def compare_output(cand: Any, ref: Any, ref64: Any | None) -> OutputComparison:
+    """Compare one output leaf (structure already checked)."""
+    if not isinstance(ref, torch.Tensor):
+        same = cand == ref
+        return OutputComparison(bool(same), None, 0.0 if same else float("inf"), None, None, None,
+                                False)
+    cand_d = cand.detach()
+    ref_d = ref.detach()
+    if not (ref_d.is_floating_point() or ref_d.is_complex()):
+        same = _equal(cand_d, ref_d)
+        return OutputComparison(same, None, 0.0 if same else float("inf"), None, None, None,
+                                False)
+    if ref_d.is_complex():
+        cand_d, ref_d = torch.view_as_real(cand_d), torch.view_as_real(ref_d)
+        if ref64 is not None:
+            ref64 = torch.view_as_real(ref64.detach())
+    cand64 = cand_d.to(torch.float64)
+    ref32_64 = ref_d.to(torch.float64)
+    nonfinite = bool((~_isfinite(cand64) & _isfinite(ref32_64)).any())
+    tolerance = STRICT_TOLERANCE.get(ref.dtype, 1e-4)
+    strict_ok = not nonfinite and _allclose(
+        cand64, ref32_64, atol=tolerance, rtol=tolerance, equal_nan=True
+    )
+    finite = _isfinite(cand64) & _isfinite(ref32_64)
+    diff = (cand64 - ref32_64).abs()[finite]
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+
+    if ref64 is None or nonfinite:
+        return OutputComparison(strict_ok, None, max_abs, None, None, None, nonfinite)
+    gold = ref64.detach().to(torch.float64)
+    mask = _isfinite(gold) & _isfinite(ref32_64)
+    if not bool(mask.any()):
+        return OutputComparison(strict_ok, None, max_abs, None, None, None, nonfinite)
+    gold, cand_m, ref_m = gold[mask], cand64[mask], ref32_64[mask]
+    if not bool(_isfinite(cand_m).all()):
+        return OutputComparison(strict_ok, False, max_abs, float("inf"), None, float("inf"),
+                                nonfinite)
+    eps = torch.finfo(ref.dtype).eps if ref.dtype.is_floating_point else 1e-7
+    floor = ERROR_FLOOR_EPS * eps
+    ratios = []
+    # Relative L2 error: the overall accuracy.
+    l2_cand = _relative(cand_m - gold, gold.norm())
+    l2_ref = _relative(ref_m - gold, gold.norm())
+    ratios.append(l2_cand / max(ERROR_FACTOR * l2_ref, floor))
+    # Relative max error: a few bad elements cannot hide in a large tensor's norm.
+    scale = gold.abs().max()
+    max_cand = _relative((cand_m - gold).abs().max(), scale)
+    max_ref = _relative((ref_m - gold).abs().max(), scale)
+    ratios.append(max_cand / max(ERROR_FACTOR * max_ref, floor))
+    ratio = max(ratios)
+    return OutputComparison(strict_ok, ratio <= 1.0, max_abs, l2_cand, l2_ref, ratio, nonfinite)
+
+
+def _relative(error: torch.Tensor, scale: torch.Tensor) -> float:
+    size = float(scale)
+    value = float(error.norm()) if error.dim() else float(error)
+    if size == 0.0:
+        return 0.0 if value == 0.0 else float("inf")
+    return value / size

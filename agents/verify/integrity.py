@@ -1,0 +1,179 @@
+"""Runtime integrity: the functions a verdict depends on are unchanged, and a candidate leaves
+no thread or process behind to finish its work after it returns.
+
+Snapshots are taken before candidate code is imported and compared after it has run. A
+snapshot records every callable in the namespaces of torch, time, numpy, builtins, math and of
+this harness, so a patched `torch.allclose`, `time.perf_counter`, `torch.cuda.Event` or one of
+our own comparison functions is caught, whatever route the candidate took to patch it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy
+import torch
+
+HARNESS_MODULES = (
+    "agents.verify.compare",
+    "agents.verify.integrity",
+    "agents.verify.reviewer",
+    "agents.verify.timing",
+    "agents.verify.child",
+    "agents.task",
+)
+
+
+def _guarded_namespaces() -> dict[str, Any]:
+    spaces: dict[str, Any] = {
+        "torch": torch,
+        "torch.Tensor": torch.Tensor,
+        "torch._C.TensorBase": torch._C.TensorBase,
+        "torch.nn.Module": torch.nn.Module,
+        "torch.nn.functional": torch.nn.functional,
+        "torch.testing": torch.testing,
+        "torch.cuda": torch.cuda,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Stream": torch.cuda.Stream,
+        "torch.random": torch.random,
+        "torch.autograd.grad_mode": torch.autograd.grad_mode,
+        "time": time,
+        "numpy": numpy,
+        "numpy.testing": numpy.testing,
+        "builtins": builtins,
+        "math": math,
+        "os": os,
+        "threading": threading,
+    }
+    for name in HARNESS_MODULES:
+        module = sys.modules.get(name)
+        if module is not None:
+            spaces[name] = module
+    return spaces
+
+
+@dataclass
+class Snapshot:
+    """The callables of every guarded namespace, by identity."""
+
+    entries: dict[str, dict[str, int]]
+    objects: dict[str, dict[str, Any]]
+
+
+def take_snapshot() -> Snapshot:
+    entries: dict[str, dict[str, int]] = {}
+    objects: dict[str, dict[str, Any]] = {}
+    for label, space in _guarded_namespaces().items():
+        names = dict(vars(space))
+        kept = {name: value for name, value in names.items() if _is_guarded_value(value)}
+        entries[label] = {name: id(value) for name, value in kept.items()}
+        objects[label] = kept  # holding them keeps their ids from being reused
+    return Snapshot(entries, objects)
+
+
+def _is_guarded_value(value: Any) -> bool:
+    return callable(value) or isinstance(value, staticmethod | classmethod | property)
+
+
+def changed_since(before: Snapshot) -> list[str]:
+    """Names whose callable was replaced or deleted; additions (lazy submodules) are allowed."""
+    changed = []
+    spaces = _guarded_namespaces()
+    for label, ids in before.entries.items():
+        space = spaces.get(label)
+        if space is None:
+            changed.append(f"{label} (module removed)")
+            continue
+        current = vars(space)
+        for name, ident in ids.items():
+            value = current.get(name, _MISSING)
+            if value is _MISSING:
+                changed.append(f"{label}.{name} (deleted)")
+            elif id(value) != ident:
+                changed.append(f"{label}.{name}")
+    return changed
+
+
+_MISSING = object()
+
+
+def native_threads() -> set[int]:
+    """Kernel thread ids of this process (sees threads that `threading` does not)."""
+    try:
+        return {int(tid) for tid in os.listdir("/proc/self/task")}
+    except OSError:
+        return {thread.native_id or 0 for thread in threading.enumerate()}
+
+
+def child_processes() -> list[int]:
+    """Live child processes of this process (zombies included: they were left behind)."""
+    me = os.getpid()
+    found = []
+    try:
+        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(pid))
+    return found
+
+
+def warm_thread_pools(device: str) -> None:
+    """Start torch's intra-op pool now, so its threads are part of the baseline."""
+    a = torch.randn(256, 256)
+    for _ in range(3):
+        (a @ a).sum().item()
+        torch.nn.functional.softmax(a, dim=-1).sum().item()
+    if device == "cuda":
+        b = a.cuda()
+        (b @ b).sum().item()
+        torch.cuda.synchronize()
+
+
+@dataclass
+class LeftoverWork:
+    """Threads or processes a candidate left running after it returned."""
+
+    threads: list[str]
+    processes: list[int]
+
+    def reasons(self) -> list[str]:
+        found = []
+        if self.threads:
+            found.append(
+                "candidate left threads running after it returned: " + ", ".join(self.threads)
+            )
+        if self.processes:
+            found.append(
+                "candidate left child processes running: "
+                + ", ".join(str(pid) for pid in self.processes)
+            )
+        return found
+
+
+def leftovers(baseline_threads: Iterable[int]) -> LeftoverWork:
+    """Threads and processes beyond the baseline, read right after a candidate call."""
+    baseline = set(baseline_threads)
+    new = sorted(native_threads() - baseline)
+    names = []
+    for tid in new:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                names.append(f"{comm.read().strip()}[{tid}]")
+        except OSError:
+            continue  # it ended between the listing and the read
+    return LeftoverWork(names, child_processes())

@@ -1,0 +1,56 @@
+"""The verdict a candidate gets, and the report that carries it across every layer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Verdict(StrEnum):
+    """One answer per candidate; only CORRECT may ever be offered to a user."""
+
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"
+
+
+@dataclass
+class EvalResult:
+    """Everything the verifier knows about one candidate, in a JSON-ready shape."""
+
+    verdict: Verdict
+    reasons: list[str] = field(default_factory=list)
+    device: str = "cpu"
+    trials: int = 0
+    strict_allclose: bool | None = None
+    float64_rule: bool | None = None
+    float64_error_ratio: float | None = None
+    candidate_error: float | None = None
+    reference_error: float | None = None
+    state_dict_compatible: bool | None = None
+    reload_check: str | None = None
+    reference_ms: float | None = None
+    candidate_ms: float | None = None
+    speedup: float | None = None
+    timing_runs: int = 0
+    isolation: str = ""
+    static_findings: list[dict[str, Any]] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict is Verdict.CORRECT
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        data["correct"] = self.correct
+        for key, value in data.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                data[key] = None
+        return data
