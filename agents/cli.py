@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("candidate", metavar="CANDIDATE.py")
     ev.add_argument("--device", choices=DEVICES, default="cpu")
     ev.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
-    ev.add_argument("--seed", type=int, default=42)
+    ev.add_argument("--seed", type=int, default=None, help="base seed (default: random)")
     ev.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--no-timing", action="store_true", help="verify only")

@@ -8,6 +8,7 @@ whatever came back, or did not, into an `EvalResult`.
 from __future__ import annotations
 
 import hashlib
+import secrets
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +33,13 @@ class EvalOptions:
 
     device: str = "cpu"
     trials: int = 5
-    seed: int = 42
+    seed: int | None = None  # None: a fresh random seed, so no candidate can predict inputs
     threads: int | None = None
     measure: bool = True
     timing_budget_s: float = 2.0
     require_state_dict: bool = False
     jail: bool = True
+    static_check: bool = True  # off only in tests that prove the runtime checks on their own
     limits: Limits = field(default_factory=Limits)
     cache_dir: Path | None = None
 
@@ -70,9 +72,11 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
     except TaskLoadError as error:
         return EvalResult(Verdict.COMPILE_ERROR, [str(error)], device=options.device)
 
-    findings = check_candidate(
-        candidate.text, reference_is_fp32=not uses_low_precision(reference.text)
-    )
+    findings = []
+    if options.static_check:
+        findings = check_candidate(
+            candidate.text, reference_is_fp32=not uses_low_precision(reference.text)
+        )
     if findings:
         return EvalResult(
             Verdict.REJECTED,
@@ -83,13 +87,14 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
         )
 
     threads = options.threads or default_threads()
+    seed = options.seed if options.seed is not None else secrets.randbelow(2**31 - 10_000)
     source_hash = hashlib.sha256(candidate.text.encode()).hexdigest()[:16]
     request = {
         "reference": {"text": reference.text, "path": reference.path},
         "candidate": {"text": candidate.text, "path": candidate.path},
         "device": options.device,
         "trials": options.trials,
-        "seed": options.seed,
+        "seed": seed,
         "threads": threads,
         "measure": options.measure,
         "timing_budget_s": options.timing_budget_s,
@@ -102,7 +107,9 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
         limits=options.limits,
         use_jail=options.jail,
     )
-    return judge(outcome, options)
+    result = judge(outcome, options)
+    result.seed = seed
+    return result
 
 
 def _require_cuda() -> None:
@@ -134,8 +141,10 @@ def judge(outcome: ChildOutcome, options: EvalOptions) -> EvalResult:
                 "so it is not a drop-in replacement"
             )
         if outcome.garbage_lines:
+            result.verdict = Verdict.REJECTED
             result.reasons.append(
-                f"ignored {outcome.garbage_lines} line(s) of garbage on the result channel"
+                f"candidate wrote {outcome.garbage_lines} line(s) of garbage to the verifier's "
+                "result channel"
             )
         return result
     return EvalResult(_silent_verdict(outcome), _silent_reasons(outcome, options), **base)

@@ -53,6 +53,9 @@ def _guarded_namespaces() -> dict[str, Any]:
         "os": os,
         "threading": threading,
     }
+    for name, value in vars(torch.nn).items():
+        if isinstance(value, type) and issubclass(value, torch.nn.Module):
+            spaces[f"torch.nn.{name}"] = value
     for name in HARNESS_MODULES:
         module = sys.modules.get(name)
         if module is not None:
@@ -177,3 +180,13 @@ def leftovers(baseline_threads: Iterable[int]) -> LeftoverWork:
         except OSError:
             continue  # it ended between the listing and the read
     return LeftoverWork(names, child_processes())
+
+
+def active_modes() -> list[str]:
+    """Torch function or dispatch modes left active: they would intercept the reference."""
+    found = []
+    if torch._C._len_torch_function_stack() > 0:
+        found.append("a TorchFunctionMode")
+    if torch._C._len_torch_dispatch_stack() > 0:
+        found.append("a TorchDispatchMode")
+    return found

@@ -225,7 +225,9 @@ class Reviewer:
         self.phase("run")
 
         with _no_grad():
+            self._check_reference_unchanged(reference)
             self._verify(reference, candidate, snapshot)
+            self._check_reference_unchanged(reference)
             self._reload_check(reference, candidate, snapshot)
             if self.report.verdict is Verdict.CORRECT and request.measure:
                 self._measure(reference, candidate)
@@ -247,6 +249,7 @@ class Reviewer:
 
     def _call_reference(self, model: torch.nn.Module, inputs: list[Any]) -> tuple[Any, list]:
         arguments = clone_inputs(inputs)
+        seed_everything(self._call_seed)
         try:
             output = model(*arguments)
             if self.device == "cuda":
@@ -263,6 +266,7 @@ class Reviewer:
         self, model: torch.nn.Module, inputs: list[Any], baseline: set[int]
     ) -> tuple[Any, list]:
         arguments = clone_inputs(inputs)
+        seed_everything(self._call_seed)
         output = self._guard(lambda: model(*arguments), "running ModelNew")
         leftover = integrity.leftovers(baseline)
         if leftover.threads or leftover.processes:
@@ -270,6 +274,9 @@ class Reviewer:
         return output, arguments
 
     def _inputs(self, seed: int) -> list[Any]:
+        """Fresh inputs for a seed; every model call that follows is seeded alike, so random
+        ops (dropout) draw the same numbers in the reference and the candidate."""
+        self._call_seed = seed + 7919
         seed_everything(seed)
         values = call_factory(self.problem.get_inputs, self.request.reference, "get_inputs")
         return to_device(values, self.device)
@@ -280,6 +287,7 @@ class Reviewer:
         inputs = self._inputs(self.request.seed)
         try:
             with _no_grad():
+                seed_everything(self._call_seed)
                 output = reference(*clone_inputs(inputs))
             if self.device == "cuda":
                 torch.cuda.synchronize()
@@ -287,11 +295,37 @@ class Reviewer:
             raise TaskLoadError(
                 describe_exception(error, self.request.reference, "running Model")
             ) from None
+        self._warm = (inputs, output)
         return [
             leaf.numel() * leaf.element_size()
             for leaf in compare.flatten(output)
             if isinstance(leaf, torch.Tensor)
         ]
+
+    def _check_reference_unchanged(self, reference: torch.nn.Module) -> None:
+        """Rerun the reference on its first inputs: a candidate that patched torch, a module
+        class or installed a mode to bend the reference is caught by the drift."""
+        modes = integrity.active_modes()
+        if modes:
+            raise Refusal(Verdict.REJECTED, f"candidate left {' and '.join(modes)} active")
+        inputs, before = self._warm
+        self._call_seed = self.request.seed + 7919
+        after, _ = self._call_reference(reference, inputs)
+        before_leaves, after_leaves = compare.flatten(before), compare.flatten(after)
+        try:
+            compare.check_structure(after_leaves, before_leaves)
+            same = all(
+                compare.compare_output(a, b, None).strict_ok
+                for a, b in zip(after_leaves, before_leaves, strict=True)
+            )
+        except compare.OutputMismatch:
+            same = False
+        if not same:
+            raise Refusal(
+                Verdict.REJECTED,
+                "the reference's own output changed after the candidate was imported: the "
+                "candidate interferes with the reference",
+            )
 
     def _float64_copy(self, reference: torch.nn.Module) -> torch.nn.Module | None:
         try:

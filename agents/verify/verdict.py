@@ -27,6 +27,7 @@ class EvalResult:
     reasons: list[str] = field(default_factory=list)
     device: str = "cpu"
     trials: int = 0
+    seed: int | None = None
     strict_allclose: bool | None = None
     float64_rule: bool | None = None
     float64_error_ratio: float | None = None

@@ -1,0 +1,14 @@
+# problem: linear_relu.py
+# static: none
+# runtime: incorrect
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)).double()
