@@ -122,7 +122,9 @@ def format_summary(result: EvalResult) -> str:
         )
     if result.state_dict_compatible is not None:
         compatible = "compatible" if result.state_dict_compatible else "NOT compatible"
-        lines.append(f"  state_dict: {compatible}; reload check: {result.reload_check}")
+        lines.append(
+            f"  state_dict: {compatible}; reload check: {result.reload_check or 'not run'}"
+        )
     if result.speedup is not None:
         lines.append(
             f"  timing: reference {result.reference_ms:.3f} ms, candidate "

@@ -8,8 +8,8 @@ whatever came back, or did not, into an `EvalResult`.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,8 +82,9 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
             Verdict.REJECTED,
             [f"{candidate.label}:{f.line}: {f.message} [{f.rule}]" for f in findings],
             device=options.device,
-            static_findings=[{"rule": f.rule, "line": f.line, "message": f.message}
-                             for f in findings],
+            static_findings=[
+                {"rule": f.rule, "line": f.line, "message": f.message} for f in findings
+            ],
         )
 
     threads = options.threads or default_threads()
@@ -121,8 +122,11 @@ def _require_cuda() -> None:
 
 def judge(outcome: ChildOutcome, options: EvalOptions) -> EvalResult:
     """Turn a child's outcome into a verdict; silence, crashes and garbage all count."""
-    base = {"device": options.device, "isolation": outcome.isolation,
-            "elapsed_s": round(outcome.elapsed_s, 3)}
+    base = {
+        "device": options.device,
+        "isolation": outcome.isolation,
+        "elapsed_s": round(outcome.elapsed_s, 3),
+    }
     message = outcome.result
     if message is not None:
         report = dict(message.get("report") or {})
@@ -132,8 +136,7 @@ def judge(outcome: ChildOutcome, options: EvalOptions) -> EvalResult:
             verdict = Verdict(report.pop("verdict"))
             result = EvalResult(verdict=verdict, **report, **base)
         except (KeyError, TypeError, ValueError):
-            return EvalResult(Verdict.RUNTIME_ERROR, ["the child sent a malformed result"],
-                              **base)
+            return EvalResult(Verdict.RUNTIME_ERROR, ["the child sent a malformed result"], **base)
         if result.correct and options.require_state_dict and not result.state_dict_compatible:
             result.verdict = Verdict.REJECTED
             result.reasons.append(
@@ -170,7 +173,9 @@ def _silent_reasons(outcome: ChildOutcome, options: EvalOptions) -> list[str]:
             name = ChildOutcome(returncode=128 - code).signal_name
         if name:
             cause = " (out of memory?)" if name == "SIGKILL" else ""
-            reasons = [f"the candidate's process was killed by {name}{cause} during {outcome.phase}"]
+            reasons = [
+                f"the candidate's process was killed by {name}{cause} during {outcome.phase}"
+            ]
         else:
             reasons = [
                 f"the candidate's process exited with status {code} during {outcome.phase} "

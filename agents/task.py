@@ -8,6 +8,7 @@ anywhere), `load_*` executes the module (only ever inside the sandboxed child).
 from __future__ import annotations
 
 import ast
+import contextlib
 import sys
 import traceback
 import types
@@ -61,9 +62,7 @@ def outline(source: SourceFile) -> Outline:
     try:
         tree = ast.parse(source.text, filename=source.label)
     except SyntaxError as error:
-        raise TaskLoadError(
-            f"{source.label}:{error.lineno}: syntax error: {error.msg}"
-        ) from None
+        raise TaskLoadError(f"{source.label}:{error.lineno}: syntax error: {error.msg}") from None
     classes, functions, constants = [], [], {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
@@ -73,10 +72,8 @@ def outline(source: SourceFile) -> Outline:
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
             if isinstance(target, ast.Name) and target.id.isupper():
-                try:
+                with contextlib.suppress(ValueError, SyntaxError, TypeError):
                     constants[target.id] = ast.literal_eval(node.value)
-                except (ValueError, SyntaxError, TypeError):
-                    pass
     return Outline(tuple(classes), tuple(functions), constants)
 
 
@@ -118,9 +115,7 @@ def load_module(source: SourceFile, module_name: str) -> types.ModuleType:
     try:
         code = compile(source.text, source.label, "exec")
     except SyntaxError as error:
-        raise TaskLoadError(
-            f"{source.label}:{error.lineno}: syntax error: {error.msg}"
-        ) from None
+        raise TaskLoadError(f"{source.label}:{error.lineno}: syntax error: {error.msg}") from None
     module = types.ModuleType(module_name)
     module.__file__ = source.label
     sys.modules[module_name] = module

@@ -31,9 +31,7 @@ requires_jail = pytest.mark.skipif(
 )
 
 
-def run_eval(
-    problem: str | Path, candidate: str | Path | SourceFile, **overrides
-) -> EvalResult:
+def run_eval(problem: str | Path, candidate: str | Path | SourceFile, **overrides) -> EvalResult:
     """Evaluate a candidate against a test problem with fast, strict defaults."""
     reference = SourceFile.from_path(PROBLEMS / problem if isinstance(problem, str) else problem)
     if not isinstance(candidate, SourceFile):

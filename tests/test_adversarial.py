@@ -26,9 +26,20 @@ def header(path: Path) -> dict[str, str]:
 
 def test_the_suite_covers_every_known_hack():
     names = {path.stem for path in CHEATS}
-    for hack in ("cached_output", "empty_output", "zero_inputs", "background_thread",
-                 "patch_allclose", "patch_timer", "try_fallback", "call_reference",
-                 "bf16_downgrade", "stale_folded_weights", "tensor_subclass", "os_exit_at_import"):
+    for hack in (
+        "cached_output",
+        "empty_output",
+        "zero_inputs",
+        "background_thread",
+        "patch_allclose",
+        "patch_timer",
+        "try_fallback",
+        "call_reference",
+        "bf16_downgrade",
+        "stale_folded_weights",
+        "tensor_subclass",
+        "os_exit_at_import",
+    ):
         assert hack in names
 
 

@@ -138,8 +138,14 @@ def test_scrubbed_environment_drops_every_credential(tmp_path: Path):
     }
     env = scrubbed_environment(tmp_path, tmp_path / "cache", threads=2, source=source)
     assert env["PATH"] == "/usr/bin" and env["LANG"] == "C.UTF-8"
-    for name in ("ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "GITHUB_TOKEN", "DB_PASSWORD",
-                 "AWS_SECRET_ACCESS_KEY", "HF_HOME"):
+    for name in (
+        "ANTHROPIC_API_KEY",
+        "OPENAI_BASE_URL",
+        "GITHUB_TOKEN",
+        "DB_PASSWORD",
+        "AWS_SECRET_ACCESS_KEY",
+        "HF_HOME",
+    ):
         assert name not in env
     assert env["HOME"].startswith(str(tmp_path))
     assert env["TORCH_EXTENSIONS_DIR"].startswith(str(tmp_path / "cache"))

@@ -35,9 +35,7 @@ PROVIDER_PREFIXES = (
 def is_sensitive(name: str) -> bool:
     """True for any variable that may carry a credential or an LLM provider's setting."""
     upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS) or upper.startswith(
-        PROVIDER_PREFIXES
-    )
+    return any(marker in upper for marker in SECRET_MARKERS) or upper.startswith(PROVIDER_PREFIXES)
 
 
 def scrubbed_environment(

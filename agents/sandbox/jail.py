@@ -36,8 +36,20 @@ def find_jail() -> Jail | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None
-    probe = [bwrap, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent",
-             "--proc", "/proc", "--dev", "/dev", "true"]
+    probe = [
+        bwrap,
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-net",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "true",
+    ]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired):

@@ -6,6 +6,7 @@ The parent survives anything the child does: a crash, a hang, an out-of-memory k
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -111,11 +112,17 @@ def _run_in(workdir, request, device, threads, build_cache, limits, entry, use_j
     request_path.write_text(json.dumps({**request, "nonce": nonce}), encoding="utf-8")
     read_fd, write_fd = os.pipe()
     bootstrap = (
-        "import sys; sys.path.insert(0, sys.argv[1]); "
-        f"from {entry} import main; main(sys.argv[2:])"
+        f"import sys; sys.path.insert(0, sys.argv[1]); from {entry} import main; main(sys.argv[2:])"
     )
-    argv = [sys.executable, "-I", "-c", bootstrap, str(project_root()), str(request_path),
-            str(write_fd)]
+    argv = [
+        sys.executable,
+        "-I",
+        "-c",
+        bootstrap,
+        str(project_root()),
+        str(request_path),
+        str(write_fd),
+    ]
     jail = find_jail() if use_jail else None
     outcome = ChildOutcome()
     if jail is not None:
@@ -166,8 +173,10 @@ def _collect(process, read_fd, nonce, limits, outcome, started) -> None:
     prefix = nonce.encode() + b" "
     exited_at = 0.0
     while open_streams:
-        limit = limits.build_timeout_s if outcome.phase in ("start", "build") else (
-            limits.run_timeout_s
+        limit = (
+            limits.build_timeout_s
+            if outcome.phase in ("start", "build")
+            else (limits.run_timeout_s)
         )
         remaining = phase_started + limit - time.monotonic()
         if remaining <= 0:
@@ -209,7 +218,7 @@ def _parse(line: bytes, prefix: bytes) -> dict[str, Any] | None:
     if not line.startswith(prefix):
         return None
     try:
-        message = json.loads(line[len(prefix):])
+        message = json.loads(line[len(prefix) :])
     except (ValueError, UnicodeDecodeError):
         return None
     return message if isinstance(message, dict) else None
@@ -217,10 +226,8 @@ def _parse(line: bytes, prefix: bytes) -> dict[str, Any] | None:
 
 def _kill_group(process: subprocess.Popen) -> None:
     """Kill the child and everything it started; reap it so no zombie is left."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     try:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:

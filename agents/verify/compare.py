@@ -86,23 +86,21 @@ def check_structure(candidate: list[Any], reference: list[Any]) -> None:
             if cand.device != ref.device:
                 raise OutputMismatch(f"{where} is on {cand.device}, expected {ref.device}")
         elif type(cand) is not type(ref):
-            raise OutputMismatch(
-                f"{where} is {type(cand).__name__}, expected {type(ref).__name__}"
-            )
+            raise OutputMismatch(f"{where} is {type(cand).__name__}, expected {type(ref).__name__}")
 
 
 def compare_output(cand: Any, ref: Any, ref64: Any | None) -> OutputComparison:
     """Compare one output leaf (structure already checked)."""
     if not isinstance(ref, torch.Tensor):
         same = cand == ref
-        return OutputComparison(bool(same), None, 0.0 if same else float("inf"), None, None, None,
-                                False)
+        return OutputComparison(
+            bool(same), None, 0.0 if same else float("inf"), None, None, None, False
+        )
     cand_d = cand.detach()
     ref_d = ref.detach()
     if not (ref_d.is_floating_point() or ref_d.is_complex()):
         same = _equal(cand_d, ref_d)
-        return OutputComparison(same, None, 0.0 if same else float("inf"), None, None, None,
-                                False)
+        return OutputComparison(same, None, 0.0 if same else float("inf"), None, None, None, False)
     if ref_d.is_complex():
         cand_d, ref_d = torch.view_as_real(cand_d), torch.view_as_real(ref_d)
         if ref64 is not None:
@@ -126,8 +124,9 @@ def compare_output(cand: Any, ref: Any, ref64: Any | None) -> OutputComparison:
         return OutputComparison(strict_ok, None, max_abs, None, None, None, nonfinite)
     gold, cand_m, ref_m = gold[mask], cand64[mask], ref32_64[mask]
     if not bool(_isfinite(cand_m).all()):
-        return OutputComparison(strict_ok, False, max_abs, float("inf"), None, float("inf"),
-                                nonfinite)
+        return OutputComparison(
+            strict_ok, False, max_abs, float("inf"), None, float("inf"), nonfinite
+        )
     eps = torch.finfo(ref.dtype).eps if ref.dtype.is_floating_point else 1e-7
     floor = ERROR_FLOOR_EPS * eps
     ratios = []

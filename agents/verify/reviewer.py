@@ -136,9 +136,7 @@ def state_dict_compatibility(reference: torch.nn.Module, candidate: torch.nn.Mod
     cand_state = candidate.state_dict()
     if set(ref_state) != set(cand_state):
         return False
-    return all(
-        tuple(ref_state[key].shape) == tuple(cand_state[key].shape) for key in ref_state
-    )
+    return all(tuple(ref_state[key].shape) == tuple(cand_state[key].shape) for key in ref_state)
 
 
 def align_parameters(reference: torch.nn.Module, candidate: torch.nn.Module) -> int:
@@ -191,6 +189,7 @@ class Reviewer:
         except Refusal as refusal:
             self.report.verdict = refusal.verdict
             self.report.reasons.append(refusal.reason)
+        self._summarise()
         return self.report
 
     def _run(self) -> None:
@@ -348,11 +347,17 @@ class Reviewer:
         baseline = integrity.native_threads()
         model64 = self._float64_copy(reference)
         for trial in range(request.trials):
-            self._trial(reference, candidate, model64, request.seed + 1 + trial, out_sizes,
-                        baseline, label=f"trial {trial + 1}")
+            self._trial(
+                reference,
+                candidate,
+                model64,
+                request.seed + 1 + trial,
+                out_sizes,
+                baseline,
+                label=f"trial {trial + 1}",
+            )
             self.report.trials = trial + 1
         self._check_integrity(snapshot, "during the trials")
-        self._summarise()
 
     def _trial(self, reference, candidate, model64, seed, out_sizes, baseline, label) -> None:
         inputs = self._inputs(seed)
@@ -426,8 +431,15 @@ class Reviewer:
         baseline = integrity.native_threads()
         for trial in range(self.request.reload_trials):
             try:
-                self._trial(reference, candidate, model64, self.request.seed + 2000 + trial,
-                            self._out_sizes, baseline, label=f"after reload, trial {trial + 1}")
+                self._trial(
+                    reference,
+                    candidate,
+                    model64,
+                    self.request.seed + 2000 + trial,
+                    self._out_sizes,
+                    baseline,
+                    label=f"after reload, trial {trial + 1}",
+                )
             except Refusal as refusal:
                 if refusal.verdict is Verdict.INCORRECT:
                     self.report.reload_check = "failed"
@@ -438,7 +450,6 @@ class Reviewer:
                     ) from None
                 raise
         self.report.reload_check = "passed"
-        self._summarise()
 
     def _check_integrity(self, snapshot: integrity.Snapshot, when: str) -> None:
         changed = integrity.changed_since(snapshot)

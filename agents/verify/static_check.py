@@ -28,26 +28,16 @@ class Finding:
 
 
 RULES: dict[str, str] = {
-    "reference-model": "uses the reference Model, or frames/modules/gc that can reach it",
-    "try-fallback": "exception handler (try/except, contextlib.suppress, C++ catch)",
-    "patch-module": "assigns to or deletes attributes of torch/time/numpy/builtins/math/random/...",
-    "thread-or-process": "starts threads, processes, async tasks or signal timers",
-    "exit-call": "exits, aborts or kills the process",
-    "dynamic-code": "eval/exec/compile/dynamic import/ctypes/pickle: code hidden from this checker",
-    "precision-downgrade": "lowers precision (fp16/bf16/fp8/tf32/autocast) below an fp32 reference",
-    "network-or-files": "imports network libraries",
-    "checker-error": "the checker failed on this source (e.g. pathological nesting); refused",
-}
-
-_WHY = {
-    "reference-model": "the candidate must not reach the reference implementation",
-    "try-fallback": "a handler can silently fall back to reference code or hide a broken kernel",
-    "patch-module": "monkey-patching libraries can fake correctness checks or timing",
-    "thread-or-process": "concurrent work can escape or race the timed region",
-    "exit-call": "ending the process can skip verification",
-    "dynamic-code": "dynamically built or loaded code is hidden from static checking",
-    "precision-downgrade": "the reference is fp32, lower precision trades accuracy for speed",
-    "network-or-files": "candidates must not use the network",
+    "reference-model": "reaches the reference Model (by name, frames, sys.modules, gc)",
+    "try-fallback": "an exception handler (try, suppress, C++ catch) can fall back or hide errors",
+    "patch-module": "monkey-patching torch/time/numpy/builtins/... can fake checks or timing",
+    "thread-or-process": "threads, processes, async tasks or signal timers can escape the timing",
+    "exit-call": "exiting, aborting or killing the process can skip verification",
+    "dynamic-code": "eval/exec/compile/dynamic import/ctypes/pickle hide code from this checker",
+    "precision-downgrade": "fp16/bf16/fp8/tf32/autocast below an fp32 reference trades accuracy",
+    "network-or-files": "network libraries are not allowed in candidates",
+    "side-stream": "work on a side CUDA stream can finish after the timer stops",
+    "checker-error": "the checker itself failed on this source, so it is refused",
 }
 
 _PY_LANG = Language(tree_sitter_python.language())
@@ -73,9 +63,11 @@ _PY_NAMES = {
         r"|importlib\.(import_module|reload|__import__|machinery|util\.\w+_from_\w+)"
         r"|ctypes|cffi|marshal|pickle\.loads?|dill|cloudpickle|runpy|codeop|sys\.set(trace|profile)"
         r"|types\.(FunctionType|CodeType|LambdaType|ModuleType)",
-        "patch-module": r"unittest\.mock|mock|(torch|time|numpy|builtins|math|random)(\.\w+)*\.__dict__",
+        "patch-module": r"unittest\.mock|mock"
+        r"|(torch|time|numpy|builtins|math|random)(\.\w+)*\.__dict__",
         "precision-downgrade": rf"torch\.({_LOW}|autocast|amp|cuda\.amp|cpu\.amp|set_autocast\w*)"
         rf"|torch\.cuda\.({_LOW})|numpy\.(float16|half)|triton\.language\.({_LOW})",
+        "side-stream": r"torch\.cuda\.(Stream|stream|ExternalStream|set_stream)|torch\.Stream",
         "network-or-files": r"socket|urllib\d?|http|requests|httpx|aiohttp|ftplib|smtplib|ssl"
         r"|telnetlib|xmlrpc|websockets?|paramiko",
     }.items()
@@ -90,8 +82,7 @@ _TF32_FLAGS = {"allow_tf32", "allow_fp16_reduced_precision_reduction"}
 _TF32_FLAGS |= {"allow_bf16_reduced_precision_reduction", "allow_fp16_bf16_reduction_math_sdp"}
 _ESCAPES = {"\\n": "\n", "\\t": "\t", "\\\\": "\\", '\\"': '"', "\\'": "'", "{{": "{", "}}": "}"}
 _ID_SKIP_PARENTS = {"parameters", "lambda_parameters", "dotted_name", "typed_parameter"}
-_ID_SKIP_PARENTS |= {"list_splat_pattern", "dictionary_splat_pattern", "global_statement"}
-_ID_SKIP_PARENTS |= {"nonlocal_statement", "aliased_import", "import_from_statement"}
+_ID_SKIP_PARENTS |= {"list_splat_pattern", "dictionary_splat_pattern", "aliased_import"}
 
 # C/C++/CUDA rules.
 _CPP_CALLS = [  # (rule, called name) for unscoped or std:: calls
@@ -100,11 +91,13 @@ _CPP_CALLS = [  # (rule, called name) for unscoped or std:: calls
     ("thread-or-process", re.compile(r"async|exec[lv]p?e?")),
     ("dynamic-code", re.compile(r"dlopen|dlsym|Py(Run|Import|Eval)_\w+|Py_CompileString\w*")),
     ("network-or-files", re.compile(r"socket|getaddrinfo|curl_easy_init")),
+    ("side-stream", re.compile(r"cudaStreamCreate\w*|getStreamFromPool")),
 ]
 _CPP_QUALIFIED = [
     ("thread-or-process", re.compile(r"std::(thread|jthread|async)")),
     ("dynamic-code", re.compile(r"(py|pybind11)::(eval\w*|exec|module_?::import)")),
     ("precision-downgrade", re.compile(r"(wmma|nvcuda::wmma)::precision::tf32")),
+    ("side-stream", re.compile(r"((at|c10)::cuda::)?getStreamFromPool")),
 ]
 _CPP_LOW = re.compile(
     r"__half2?|__nv_bfloat162?|nv_bfloat162?|__nv_fp8\w*|__floats?2+half2?\w*|__half2+float2?"
@@ -130,15 +123,19 @@ class _Ctx:
 
 
 def _walk_ctx(node: Node) -> Iterator[tuple[Node, _Ctx]]:
-    """Pre-order walk without recursion, so deep trees cannot overflow the stack."""
-    stack = [(node, _Ctx(None, None, False))]
-    while stack:
-        n, ctx = stack.pop()
-        yield n, ctx
-        inner = ctx.in_func or n.type in ("function_definition", "lambda")
-        kids = n.children
-        for i in range(len(kids) - 1, -1, -1):
-            stack.append((kids[i], _Ctx(n, n.field_name_for_child(i), inner)))
+    """Pre-order walk with a cursor: no recursion, O(1) field names even for wide nodes."""
+    cursor = node.walk()
+    parents: list[tuple[Node | None, bool]] = [(None, False)]
+    while True:
+        n, (parent, in_func) = cursor.node, parents[-1]
+        yield n, _Ctx(parent, cursor.field_name, in_func)
+        if cursor.goto_first_child():
+            parents.append((n, in_func or n.type in ("function_definition", "lambda")))
+            continue
+        while not cursor.goto_next_sibling():
+            if len(parents) == 1 or not cursor.goto_parent():
+                return
+            parents.pop()
 
 
 def _walk(node: Node) -> Iterator[Node]:
@@ -164,28 +161,21 @@ def _string_chars(node: Node) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     strings = [node] if node.type == "string" else [c for c in node.children if c.type == "string"]
     for s in strings:
-        prefix = _text(s.children[0]).lower() if s.children else ""
-        for part in s.children:
-            if part.type != "string_content":
-                continue
-            line, pos, raw = part.start_point.row + 1, part.start_byte, part.text or b""
-            pieces = [(e.start_byte, e.end_byte) for e in part.children] + [(part.end_byte,) * 2]
-            for start, end in pieces:
-                for ch in raw[pos - part.start_byte : start - part.start_byte].decode(
-                    "utf-8", "replace"
-                ):
+        raw = s.text or b""
+        for part in (p for p in s.children if p.type == "string_content"):
+            line, pos = part.start_point.row + 1, part.start_byte
+            for esc in [*part.children, None]:  # escapes, then the tail after the last one
+                end = esc.start_byte if esc else part.end_byte
+                for ch in raw[pos - s.start_byte : end - s.start_byte].decode("utf-8", "replace"):
                     out.append((ch, line))
                     line += ch == "\n"
-                esc = raw[start - part.start_byte : end - part.start_byte].decode(
-                    "utf-8", "replace"
-                )
-                if "r" in prefix and esc not in ("{{", "}}"):
-                    out.extend((ch, line) for ch in esc)
-                elif esc.startswith("\\\n"):
+                if esc is None:
+                    break
+                e, pos = _text(esc), esc.end_byte
+                if e.startswith("\\\n"):  # line continuation
                     line += 1
                 else:
-                    out.extend((ch, line) for ch in _ESCAPES.get(esc, esc))
-                pos = end
+                    out.extend((ch, line) for ch in _ESCAPES.get(e, e))  # raw: no escape nodes
     return out
 
 
@@ -208,7 +198,7 @@ class _PyChecker:
             return
         if node is not None and not self.in_func:
             what += " at import"
-        message = " ".join(f"{what}: {_WHY[rule]}".split())
+        message = " ".join(f"{what}: {RULES[rule]}".split())
         self.found.setdefault((rule, line), Finding(rule, line, message))
 
     def resolve(self, node: Node | None) -> str | None:
@@ -448,7 +438,7 @@ def _check_cpp(code: str) -> list[tuple[str, int, str]]:
             for rule, rx in _CPP_CALLS:
                 if scope in ("", "std") and rx.fullmatch(last):
                     out.append((rule, at(n), f"call `{name}(`"))
-        elif t == "qualified_identifier" and ctx.field != "name":
+        elif t == "qualified_identifier" and getattr(ctx.parent, "type", "") != t:
             txt = re.sub(r"\s+", "", _text(n))
             out += [(r, at(n), f"`{txt}`") for r, rx in _CPP_QUALIFIED if rx.match(txt)]
         elif t in ("identifier", "type_identifier", "field_identifier", "namespace_identifier"):
@@ -475,12 +465,12 @@ def check_candidate(source: str, *, reference_is_fp32: bool = True) -> list[Find
     try:
         checker = _PyChecker(source, reference_is_fp32)
         checker.run()
+        found = checker.found
     except Exception as exc:  # a checker crash must refuse, not pass, the candidate
         found = checker.found if checker else {}
         msg = f"static checker failed ({type(exc).__name__}); candidate refused"
         found[("checker-error", 1)] = Finding("checker-error", 1, msg)
-        return sorted(found.values(), key=lambda f: (f.line, f.rule))
-    return sorted(checker.found.values(), key=lambda f: (f.line, f.rule))
+    return sorted(found.values(), key=lambda f: (f.line, f.rule))
 
 
 def uses_low_precision(source: str) -> bool:

@@ -66,5 +66,4 @@ def time_interleaved(
             ref_times.append(time_call(reference, device))
         if len(ref_times) >= min_runs and _perf_counter() - started > budget_s:
             break
-    return TimingResult(statistics.median(ref_times), statistics.median(cand_times),
-                        len(ref_times))
+    return TimingResult(statistics.median(ref_times), statistics.median(cand_times), len(ref_times))

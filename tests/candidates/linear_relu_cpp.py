@@ -1,6 +1,5 @@
 """An honest C++ extension on the CPU: a fused bias + ReLU epilogue after the GEMM."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 

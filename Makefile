@@ -1,0 +1,47 @@
+# The two commands the README promises: `make demo` and `make test`. Each sets up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.kernel-agent-installed
+
+.PHONY: setup demo test test-fast lint format jail clean
+
+setup: $(STAMP) jail
+
+# torch==2.13.0 first, so pip takes the local CPU build instead of a multi-GB CUDA one.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+# The OS jail for candidates (bubblewrap). Best effort: without it the verifier still runs,
+# with limits only, and says so in every verdict.
+jail:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+	      || echo "warning: could not install bubblewrap; candidates will run without the OS jail"; \
+	  else \
+	    echo "note: install bubblewrap (e.g. apt-get install bubblewrap) to jail candidates"; \
+	  fi; }
+
+demo: setup
+	$(BIN)/python examples/demo_verify.py
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,22 @@
+"""A CUDA-sized elementwise problem: out = relu(a * b + a)."""
+
+import torch
+import torch.nn as nn
+
+N = 1 << 22
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.relu(a * b + a)
+
+
+def get_inputs():
+    return [torch.randn(N), torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
