@@ -1,6 +1,5 @@
 """An honest CUDA load_inline rewrite: one fused kernel instead of three."""
 
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
