@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from agents import __version__
-from agents.evaluate import DEVICES, EvalError, EvalOptions, evaluate
+from agents.evaluate import DEVICES, MIN_TRIALS, EvalError, EvalOptions, evaluate
 from agents.sandbox.process import Limits
 from agents.task import SourceFile, TaskLoadError
 from agents.verify.verdict import EvalResult
@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("reference", metavar="REFERENCE.py")
     ev.add_argument("candidate", metavar="CANDIDATE.py")
     ev.add_argument("--device", choices=DEVICES, default="cpu")
-    ev.add_argument("--trials", type=int, default=5, help="correctness trials (default 5)")
+    ev.add_argument(
+        "--trials", type=int, default=MIN_TRIALS, help="correctness trials (at least 5)"
+    )
     ev.add_argument("--seed", type=int, default=None, help="base seed (default: random)")
     ev.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
@@ -77,8 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    if args.trials < 1:
-        raise UsageError("--trials must be at least 1")
+    if args.trials < MIN_TRIALS:
+        raise UsageError(f"--trials must be at least {MIN_TRIALS} (KernelBench's minimum)")
     if args.build_timeout <= 0 or args.run_timeout <= 0:
         raise UsageError("timeouts must be positive")
     reference = SourceFile.from_path(args.reference)

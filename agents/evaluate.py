@@ -21,6 +21,8 @@ from agents.verify.static_check import check_candidate, uses_low_precision
 from agents.verify.verdict import EvalResult, Verdict
 
 DEVICES = ("cpu", "cuda")
+MIN_TRIALS = 5
+"""KernelBench's current number of correctness trials; we never run fewer."""
 
 
 class EvalError(Exception):
@@ -59,8 +61,8 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
     """Judge `candidate` against `reference`. Raises EvalError only for a bad request."""
     if options.device not in DEVICES:
         raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
-    if options.trials < 1:
-        raise EvalError("--trials must be at least 1")
+    if options.trials < MIN_TRIALS:
+        raise EvalError(f"at least {MIN_TRIALS} correctness trials are required")
     try:
         outline_problem(reference)
     except TaskLoadError as error:
@@ -82,6 +84,7 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
             Verdict.REJECTED,
             [f"{candidate.label}:{f.line}: {f.message} [{f.rule}]" for f in findings],
             device=options.device,
+            isolation="static check only: the candidate was never run",
             static_findings=[
                 {"rule": f.rule, "line": f.line, "message": f.message} for f in findings
             ],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import secrets
 import sys
 import traceback
 import types
@@ -137,9 +138,11 @@ class LoadedProblem:
     get_init_inputs: Any
 
 
-def load_problem(source: SourceFile, module_name: str = "kernel_agent_reference") -> LoadedProblem:
+def load_problem(source: SourceFile, module_name: str | None = None) -> LoadedProblem:
+    """Import a problem. Its module gets an unguessable name by default, so a candidate
+    cannot simply `import` the reference."""
     outline_problem(source)
-    module = load_module(source, module_name)
+    module = load_module(source, module_name or f"kernel_agent_reference_{secrets.token_hex(8)}")
     return LoadedProblem(
         module=module,
         model_class=_require(module, REFERENCE_CLASS, source, kind=type),

@@ -557,3 +557,15 @@ def test_fstring_cpp_source_with_doubled_braces_is_scanned() -> None:
 )
 def test_side_stream_work_is_flagged(src):
     assert "side-stream" in {f.rule for f in check_candidate(src)}
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "import kernel_agent_reference_0123abcd as ref\nx = ref.__dict__['Mo' + 'del']\n",
+        "import agents.verify.child\n",
+        "from agents.verify import compare\ncompare._allclose = None\n",
+    ],
+)
+def test_reaching_into_the_reference_module_or_the_harness_is_flagged(src):
+    assert "reference-model" in {f.rule for f in check_candidate(src)}

@@ -65,3 +65,10 @@ def test_problem_loads_from_source_text_without_a_path():
 def test_missing_file_is_a_load_error(tmp_path):
     with pytest.raises(TaskLoadError, match="no such file"):
         SourceFile.from_path(tmp_path / "absent.py")
+
+
+def test_reference_module_name_cannot_be_guessed():
+    source = SourceFile.from_path(PROBLEMS / "two_outputs.py")
+    first, second = load_problem(source), load_problem(source)
+    assert first.module.__name__ != second.module.__name__
+    assert first.module.__name__.startswith("kernel_agent_reference_")

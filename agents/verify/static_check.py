@@ -53,6 +53,7 @@ _PY_NAMES = {
     rule: re.compile(rf"(?:{pattern})(?:\..*)?")
     for rule, pattern in {
         "reference-model": r"__main__|sys\.(modules|_getframe)|gc\.get_(objects|refer\w+)"
+        r"|kernel_agent_\w+|agents\.(verify|sandbox|evaluate|task|cli)|agents$"
         r"|inspect\.(stack|currentframe|getouterframes|getmembers|trace)",
         "thread-or-process": r"threading|_thread|multiprocessing|torch\.multiprocessing|pty"
         r"|concurrent|subprocess|asyncio|signal\.(alarm|setitimer|signal)"
