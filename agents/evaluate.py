@@ -153,6 +153,10 @@ def judge(outcome: ChildOutcome, options: EvalOptions) -> EvalResult:
                 "result channel"
             )
         return result
+    if outcome.phase == "start" and not outcome.messages and not outcome.timed_out_phase:
+        # No user code had run yet: the sandbox itself is broken, not the candidate.
+        last = _last_line(outcome.stderr_tail) or f"exit status {outcome.returncode}"
+        raise EvalError(f"the sandbox failed to start ({last}); try --no-jail to compare")
     return EvalResult(_silent_verdict(outcome), _silent_reasons(outcome, options), **base)
 
 

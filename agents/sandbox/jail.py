@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-HIDDEN_DIRS = ("/root", "/home")
+HIDDEN_DIRS = ("/root", "/home", "/tmp")
+"""Replaced by empty tmpfs inside the jail; what Python needs from them is bound back read-only."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def jail_command(
             command += ["--tmpfs", hidden]
     for path in _needed_read_paths():
         command += ["--ro-bind", path, path]
-    command += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]
+    command += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]
     for path in writable:
         command += ["--bind", str(path), str(path)]
     if device == "cuda":

@@ -100,12 +100,38 @@ def changed_since(before: Snapshot) -> list[str]:
             value = current.get(name, _MISSING)
             if value is _MISSING:
                 changed.append(f"{label}.{name} (deleted)")
-            elif id(value) != ident:
+            elif id(value) != ident and not _torch_own_wrapper(before.objects[label][name], value):
                 changed.append(f"{label}.{name}")
     return changed
 
 
 _MISSING = object()
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _torch_own_wrapper(original: Any, current: Any) -> bool:
+    """torch wraps some of its own functions when a subsystem loads (TorchDynamo wraps
+    `torch.manual_seed` and `nn.Module.__init__`, for two). Accept a replacement only when its
+    code lives inside torch and it wraps the original (through `__wrapped__` or a closure)."""
+    for _ in range(8):
+        code = getattr(current, "__code__", None)
+        if code is None or not code.co_filename.startswith(_TORCH_DIR):
+            return False
+        cells = [cell.cell_contents for cell in (current.__closure__ or ()) if _filled(cell)]
+        if any(value is original for value in cells):
+            return True
+        current = getattr(current, "__wrapped__", None)
+        if current is original:
+            return True
+    return False
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
 
 
 def native_threads() -> set[int]:
