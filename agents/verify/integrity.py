@@ -28,6 +28,7 @@ HARNESS_MODULES = (
     "agents.verify.reviewer",
     "agents.verify.timing",
     "agents.verify.child",
+    "agents.sandbox.channel",
     "agents.task",
 )
 
