@@ -12,9 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from agents import __version__
+from agents.bench.command import add_bench_parser, run_bench_command
 from agents.evaluate import DEVICES, MIN_TRIALS, EvalError, EvalOptions, evaluate
 from agents.sandbox.process import Limits
-from agents.task import SourceFile, TaskLoadError
+from agents.task import SIZES, SourceFile, TaskLoadError
 from agents.verify.verdict import EvalResult
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_USAGE = 0, 1, 2
@@ -43,13 +44,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("candidate", metavar="CANDIDATE.py")
     ev.add_argument("--device", choices=DEVICES, default="cpu")
     ev.add_argument(
+        "--size", choices=SIZES, default="default", help="gpu: apply the problem's GPU_SIZES"
+    )
+    ev.add_argument(
         "--trials", type=int, default=MIN_TRIALS, help="correctness trials (at least 5)"
     )
     ev.add_argument("--seed", type=int, default=None, help="base seed (default: random)")
     ev.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--no-timing", action="store_true", help="verify only")
-    ev.add_argument("--timing-budget", type=float, default=2.0, metavar="SECONDS")
+    ev.add_argument(
+        "--timing-budget",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="stop timing after this long even if the medians are not yet stable",
+    )
+    ev.add_argument(
+        "--cuda-graph", action="store_true", help="time CUDA graph replays (launch-bound kernels)"
+    )
     ev.add_argument("--build-timeout", type=float, default=600.0, metavar="SECONDS")
     ev.add_argument("--run-timeout", type=float, default=300.0, metavar="SECONDS")
     ev.add_argument(
@@ -60,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--no-jail", action="store_true", help="skip the bubblewrap jail (limits still apply)"
     )
+    add_bench_parser(commands)
     return parser
 
 
@@ -68,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "eval":
             return run_eval(args)
+        if args.command == "bench":
+            return run_bench_command(args, list(argv if argv is not None else sys.argv[1:]))
         build_parser().print_help()
         return EXIT_USAGE
     except (UsageError, EvalError, TaskLoadError) as error:
@@ -87,11 +103,13 @@ def run_eval(args: argparse.Namespace) -> int:
     candidate = SourceFile.from_path(args.candidate)
     options = EvalOptions(
         device=args.device,
+        size=args.size,
         trials=args.trials,
         seed=args.seed,
         threads=args.threads,
         measure=not args.no_timing,
         timing_budget_s=args.timing_budget,
+        cuda_graph=args.cuda_graph,
         require_state_dict=args.require_state_dict,
         jail=not args.no_jail,
         limits=Limits(build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout),
@@ -128,11 +146,16 @@ def format_summary(result: EvalResult) -> str:
             f"  state_dict: {compatible}; reload check: {result.reload_check or 'not run'}"
         )
     if result.speedup is not None:
+        interval = ""
+        if result.speedup_ci:
+            interval = f" [95% CI {result.speedup_ci[0]:.2f}-{result.speedup_ci[1]:.2f}]"
         lines.append(
-            f"  timing: reference {result.reference_ms:.3f} ms, candidate "
-            f"{result.candidate_ms:.3f} ms, speedup {result.speedup:.2f}x "
-            f"(medians of {result.timing_runs} interleaved runs)"
+            f"  timing: reference {result.reference_ms:.3f} ms "
+            f"(IQR {result.reference_iqr_ms or 0:.3f}), candidate {result.candidate_ms:.3f} ms "
+            f"(IQR {result.candidate_iqr_ms or 0:.3f}), speedup {result.speedup:.2f}x{interval}"
         )
+        lines.append(f"    medians of {result.timing_runs} runs; {result.timing_method}")
+        lines += [f"    note: {note}" for note in result.timing_notes]
     if result.isolation:
         lines.append(f"  isolation: {result.isolation}")
     lines.append(f"  took {result.elapsed_s:.1f} s")

@@ -16,7 +16,7 @@ from pathlib import Path
 import platformdirs
 
 from agents.sandbox.process import ChildOutcome, Limits, run_child
-from agents.task import SourceFile, TaskLoadError, outline_candidate, outline_problem
+from agents.task import SIZES, SourceFile, TaskLoadError, outline_candidate, outline_problem
 from agents.verify.static_check import check_candidate, uses_low_precision
 from agents.verify.verdict import EvalResult, Verdict
 
@@ -34,11 +34,15 @@ class EvalOptions:
     """How to judge: device, trials, seeds, limits, and what to require."""
 
     device: str = "cpu"
+    size: str = "default"
     trials: int = 5
     seed: int | None = None  # None: a fresh random seed, so no candidate can predict inputs
     threads: int | None = None
     measure: bool = True
-    timing_budget_s: float = 2.0
+    timing_budget_s: float = 5.0
+    timing_min_runs: int = 10
+    timing_max_runs: int = 200
+    cuda_graph: bool = False
     require_state_dict: bool = False
     jail: bool = True
     static_check: bool = True  # off only in tests that prove the runtime checks on their own
@@ -61,6 +65,8 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
     """Judge `candidate` against `reference`. Raises EvalError only for a bad request."""
     if options.device not in DEVICES:
         raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
+    if options.size not in SIZES:
+        raise EvalError(f"unknown size {options.size!r}: use one of {', '.join(SIZES)}")
     if options.trials < MIN_TRIALS:
         raise EvalError(f"at least {MIN_TRIALS} correctness trials are required")
     try:
@@ -97,11 +103,15 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
         "reference": {"text": reference.text, "path": reference.path},
         "candidate": {"text": candidate.text, "path": candidate.path},
         "device": options.device,
+        "size": options.size,
         "trials": options.trials,
         "seed": seed,
         "threads": threads,
         "measure": options.measure,
         "timing_budget_s": options.timing_budget_s,
+        "timing_min_runs": options.timing_min_runs,
+        "timing_max_runs": options.timing_max_runs,
+        "cuda_graph": options.cuda_graph,
     }
     outcome = run_child(
         request,

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 REFERENCE_CLASS = "Model"
+SIZES = ("default", "gpu")
+GPU_SIZES = "GPU_SIZES"
+"""Optional module-level dict of size-constant overrides that `--size gpu` applies."""
 CANDIDATE_CLASS = "ModelNew"
 PROBLEM_FUNCTIONS = ("get_inputs", "get_init_inputs")
 
@@ -189,3 +192,23 @@ def build_model(model_class: type, init_inputs: list[Any], source: SourceFile) -
         raise TaskLoadError(
             describe_exception(error, source, f"building {model_class.__name__}")
         ) from None
+
+
+def apply_size(problem: LoadedProblem, size: str, source: SourceFile) -> None:
+    """`gpu` applies the problem's GPU_SIZES overrides to its module constants (which
+    get_inputs and get_init_inputs read at call time); `default` keeps the file's own sizes.
+    A problem without GPU_SIZES (a plain KernelBench file) keeps its sizes at any size."""
+    if size not in SIZES:
+        raise TaskLoadError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
+    overrides = getattr(problem.module, GPU_SIZES, None) if size == "gpu" else None
+    if overrides is None:
+        return
+    if not isinstance(overrides, dict):
+        raise TaskLoadError(f"{source.label}: {GPU_SIZES} must be a dict of constant overrides")
+    unknown = [name for name in overrides if name not in vars(problem.module)]
+    if unknown:
+        raise TaskLoadError(
+            f"{source.label}: {GPU_SIZES} names constants the file does not define: "
+            + ", ".join(sorted(unknown))
+        )
+    vars(problem.module).update(overrides)

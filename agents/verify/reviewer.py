@@ -21,6 +21,7 @@ import torch
 from agents.task import (
     SourceFile,
     TaskLoadError,
+    apply_size,
     build_model,
     call_factory,
     describe_exception,
@@ -42,12 +43,16 @@ class ReviewRequest:
     reference: SourceFile
     candidate: SourceFile
     device: str = "cpu"
+    size: str = "default"
     trials: int = 5
     seed: int = 42
     threads: int = 1
     reload_trials: int = 2
     measure: bool = True
-    timing_budget_s: float = 2.0
+    timing_budget_s: float = 5.0
+    timing_min_runs: int = 10
+    timing_max_runs: int = 200
+    cuda_graph: bool = False
 
 
 @dataclass
@@ -67,7 +72,13 @@ class ReviewReport:
     reference_ms: float | None = None
     candidate_ms: float | None = None
     speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    reference_iqr_ms: float | None = None
+    candidate_iqr_ms: float | None = None
     timing_runs: int = 0
+    timing_method: str | None = None
+    timing_notes: list[str] = field(default_factory=list)
+    suspicious: bool = False
     reference_failed: bool = False
 
 
@@ -199,6 +210,7 @@ class Reviewer:
         snapshot = integrity.take_snapshot()
         try:
             problem = load_problem(request.reference)
+            apply_size(problem, request.size, request.reference)
             seed_everything(request.seed)
             init_inputs = call_factory(
                 problem.get_init_inputs, request.reference, "get_init_inputs"
@@ -395,8 +407,9 @@ class Reviewer:
                     )
 
     @staticmethod
-    def _mismatch_reason(label: str, when: str, index: int, result) -> str:
-        run = f"{label}, candidate run {when} the reference, output {index}"
+    def _mismatch_reason(label: str, when: str | None, index: int, result) -> str:
+        run = f"{label}, candidate run {when} the reference" if when else label
+        run += f", output {index}"
         if result.nonfinite:
             return f"{run}: NaN or Inf where the reference is finite"
         detail = f"max |diff| {result.max_abs_diff:.3g} fails allclose"
@@ -461,6 +474,7 @@ class Reviewer:
         inputs = self._inputs(self.request.seed)
         ref_args = clone_inputs(inputs)
         cand_args = clone_inputs(inputs)
+        reverify_seed = self.request.seed + 3000
 
         def run_reference():
             return reference(*ref_args)
@@ -468,16 +482,71 @@ class Reviewer:
         def run_candidate():
             return candidate(*cand_args)
 
-        try:
-            result = timing.time_interleaved(
-                run_reference, run_candidate, self.device, budget_s=self.request.timing_budget_s
+        expected, _ = self._call_reference(reference, inputs)
+        expected_leaves = compare.flatten(expected)
+        model64 = self._float64_copy(reference)
+        gold = self._float64_run(model64, inputs)
+        gold_leaves = compare.flatten(gold) if gold is not None else None
+
+        def check_output(output):
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            leaves = compare.flatten(output)
+            try:
+                compare.check_structure(leaves, expected_leaves)
+            except compare.OutputMismatch as mismatch:
+                raise Refusal(Verdict.INCORRECT, f"during timing: {mismatch}") from None
+            for index, (cand, ref) in enumerate(zip(leaves, expected_leaves, strict=True)):
+                ref64 = gold_leaves[index] if gold_leaves else None
+                result = compare.compare_output(cand, ref, ref64)
+                if not result.ok:
+                    raise Refusal(
+                        Verdict.INCORRECT,
+                        self._mismatch_reason("a run during timing", None, index, result),
+                    )
+
+        def reverify():
+            baseline = integrity.native_threads()
+            self._trial(
+                reference,
+                candidate,
+                model64,
+                reverify_seed,
+                self._out_sizes,
+                baseline,
+                label="re-verification during timing",
             )
+
+        config = timing.TimingConfig(
+            budget_s=self.request.timing_budget_s,
+            min_runs=self.request.timing_min_runs,
+            max_runs=self.request.timing_max_runs,
+            cuda_graph=self.request.cuda_graph,
+        )
+        try:
+            result = timing.measure_pair(
+                run_reference,
+                run_candidate,
+                self.device,
+                config,
+                reverify=reverify,
+                check_output=check_output,
+            )
+        except Refusal:
+            raise
         except BaseException as error:
             raise Refusal(
                 Verdict.RUNTIME_ERROR,
                 describe_exception(error, self.request.candidate, "timing"),
             ) from None
-        self.report.reference_ms = result.reference_ms
-        self.report.candidate_ms = result.candidate_ms
-        self.report.speedup = result.speedup
-        self.report.timing_runs = result.runs
+        report = self.report
+        report.reference_ms = result.reference.median_ms
+        report.candidate_ms = result.candidate.median_ms
+        report.reference_iqr_ms = result.reference.iqr_ms
+        report.candidate_iqr_ms = result.candidate.iqr_ms
+        report.speedup = result.speedup
+        report.speedup_ci = list(result.speedup_ci)
+        report.timing_runs = result.runs
+        report.timing_method = result.method
+        report.timing_notes = result.notes
+        report.suspicious = result.suspicious

@@ -38,7 +38,13 @@ class EvalResult:
     reference_ms: float | None = None
     candidate_ms: float | None = None
     speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    reference_iqr_ms: float | None = None
+    candidate_iqr_ms: float | None = None
     timing_runs: int = 0
+    timing_method: str | None = None
+    timing_notes: list[str] = field(default_factory=list)
+    suspicious: bool = False
     isolation: str = ""
     static_findings: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -54,4 +60,6 @@ class EvalResult:
         for key, value in data.items():
             if isinstance(value, float) and not math.isfinite(value):
                 data[key] = None
+        if data["speedup_ci"] and not all(math.isfinite(v) for v in data["speedup_ci"]):
+            data["speedup_ci"] = None
         return data

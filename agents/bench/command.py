@@ -1,0 +1,91 @@
+"""`kernel-agent bench`: time eager and torch.compile over a problem suite."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agents.bench.render import plot_report, render_report
+from agents.bench.report import BenchReport
+from agents.bench.runner import BenchOptions, run_bench
+from agents.bench.suite import BASELINES, discover
+from agents.evaluate import DEVICES, EvalError, EvalOptions
+from agents.task import SIZES
+
+
+def add_bench_parser(commands) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="time eager and torch.compile over a problem suite; report fast_p",
+        description="Verify and time a baseline (torch.compile) against eager for every "
+        "problem in PATH: our bench/problems, or a KernelBench checkout's level folders.",
+    )
+    bench.add_argument("path", metavar="PATH", nargs="?", default="bench/problems")
+    bench.add_argument("--device", choices=DEVICES, default="cpu")
+    bench.add_argument("--size", choices=SIZES, default="default")
+    bench.add_argument("--baseline", choices=BASELINES, default="torch.compile")
+    bench.add_argument("--levels", default=None, help="KernelBench levels, e.g. 1,2")
+    bench.add_argument("--limit", type=int, default=None, help="run only the first N problems")
+    bench.add_argument("--threads", type=int, default=None)
+    bench.add_argument("--timing-budget", type=float, default=3.0, metavar="SECONDS")
+    bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    bench.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    bench.add_argument("--plot", type=Path, default=None, help="draw speedups to a PNG")
+    bench.add_argument("--no-jail", action="store_true")
+
+
+def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
+    try:
+        levels = [int(x) for x in args.levels.split(",")] if args.levels else None
+    except ValueError:
+        raise EvalError(f"--levels must be numbers like 1,2, not {args.levels!r}") from None
+    paths = discover(Path(args.path), levels)
+    if args.limit is not None:
+        paths = paths[: args.limit]
+    if not paths:
+        raise EvalError(f"{args.path}: no problem files found")
+    options = BenchOptions(
+        baseline=args.baseline,
+        eval=EvalOptions(
+            device=args.device,
+            size=args.size,
+            threads=args.threads,
+            timing_budget_s=args.timing_budget,
+            jail=not args.no_jail,
+        ),
+        command="kernel-agent " + shlex.join(argv),
+    )
+    console = Console(stderr=args.json)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("benchmarking", total=len(paths))
+
+        def advance(row):
+            progress.update(task, advance=1, description=f"{row.problem}: {row.verdict}")
+
+        report = run_bench(paths, options, on_row=advance)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report.to_json(), indent=2))
+    if args.plot:
+        plot_report(report, args.plot)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        render_report(report, console)
+    return 0 if all(row.verdict != "error" for row in report.rows) else 1
+
+
+def load_report(path: Path) -> BenchReport:
+    return BenchReport.from_json(json.loads(path.read_text()))
