@@ -87,8 +87,8 @@ def median_is_stable(times: list[float], rel_precision: float) -> bool:
         return False
     ordered = sorted(times)
     half = 1.96 * math.sqrt(n) / 2
-    low = max(int(math.floor(n / 2 - half)), 0)
-    high = min(int(math.ceil(n / 2 + half)), n - 1)
+    low = max(math.floor(n / 2 - half), 0)
+    high = min(math.ceil(n / 2 + half), n - 1)
     median = statistics.median(ordered)
     if median <= 0:
         return True
