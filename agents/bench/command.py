@@ -21,7 +21,7 @@ from agents.task import SIZES
 def add_bench_parser(commands) -> None:
     bench = commands.add_parser(
         "bench",
-        help="time eager and torch.compile over a problem suite; report fast_p",
+        help="time eager and a baseline (torch.compile, or eager itself) over a suite",
         description="Verify and time a baseline (torch.compile) against eager for every "
         "problem in PATH: our bench/problems, or a KernelBench checkout's level folders.",
     )

@@ -59,16 +59,24 @@ class ModelNew(Model):
         return self._compiled_forward(*args)
 """
 
-BASELINES = ("torch.compile",)
+EAGER_BASELINE = '''
+
+# --- kernel-agent baseline: the reference itself (an A/A check of the timing) ---
+class ModelNew(Model):
+    pass
+'''
+
+BASELINES = ("torch.compile", "eager")
 
 
 def baseline_candidate(reference: SourceFile, baseline: str) -> SourceFile:
     """A trusted, generated candidate: the reference itself under a baseline compiler."""
     outline_problem(reference)
-    if baseline != "torch.compile":
+    if baseline not in BASELINES:
         raise TaskLoadError(f"unknown baseline {baseline!r}: use one of {', '.join(BASELINES)}")
     text = reference.text
     if not re.search(r"^import torch$", text, re.M):
         text = "import torch\n" + text
     label = f"{reference.label} [{baseline}]"
-    return SourceFile(text=text + COMPILE_BASELINE, path=label)
+    suffix = COMPILE_BASELINE if baseline == "torch.compile" else EAGER_BASELINE
+    return SourceFile(text=text + suffix, path=label)

@@ -1,0 +1,142 @@
+"""`kernel-agent bench`: problem discovery, baselines, fast_p under both rules, the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from agents.bench.report import BenchReport, BenchRow
+from agents.bench.suite import baseline_candidate, discover, problem_name
+from agents.task import SourceFile, outline_candidate
+from tests.conftest import PROBLEMS, ROOT
+
+KERNEL_AGENT = [sys.executable, "-m", "agents"]
+
+
+def test_discover_reads_our_suite_in_numeric_order():
+    files = discover(ROOT / "bench" / "problems")
+    assert len(files) >= 16
+    numbers = [int(f.name.split("_")[0]) for f in files]
+    assert numbers == sorted(numbers)
+
+
+def test_discover_reads_a_kernelbench_checkout_unchanged(tmp_path):
+    for level, name in ((1, "1_Square_matmul.py"), (1, "10_Relu.py"), (2, "3_Gemm_Add.py")):
+        folder = tmp_path / "KernelBench" / f"level{level}"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PROBLEMS / "linear_relu.py", folder / name)
+    everything = discover(tmp_path)
+    assert [problem_name(f) for f in everything] == [
+        "level1/1_Square_matmul",
+        "level1/10_Relu",
+        "level2/3_Gemm_Add",
+    ]
+    assert [problem_name(f) for f in discover(tmp_path, levels=[2])] == ["level2/3_Gemm_Add"]
+
+
+def test_baselines_are_valid_candidates():
+    reference = SourceFile.from_path(PROBLEMS / "linear_relu.py")
+    for baseline in ("torch.compile", "eager"):
+        candidate = baseline_candidate(reference, baseline)
+        outline_candidate(candidate)
+        assert "class ModelNew(Model)" in candidate.text
+
+
+def _row(name, verdict, strict, speedup):
+    return BenchRow(
+        name, name, "torch.compile", verdict, strict, True, 1.0, 1.0, speedup, None, [], 0.0
+    )
+
+
+def test_fast_p_counts_all_problems_and_respects_each_rule():
+    report = BenchReport(
+        "d",
+        "m",
+        "cpu",
+        "default",
+        "c",
+        rows=[
+            _row("a", "correct", True, 2.5),
+            _row("b", "correct", False, 1.2),  # passes only the float64 rule
+            _row("c", "incorrect", False, None),
+            _row("d", "correct", True, 0.8),
+        ],
+    )
+    assert report.fast_p(0, "float64") == 0.75
+    assert report.fast_p(0, "strict") == 0.5
+    assert report.fast_p(1.0, "float64") == 0.5
+    assert report.fast_p(1.0, "strict") == 0.25
+    assert report.fast_p(2.0, "strict") == 0.25
+    assert abs(report.geomean_speedup("strict") - (2.5 * 0.8) ** 0.5) < 1e-9
+    assert BenchReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+
+
+def test_bench_command_writes_json_and_plot(tmp_path):
+    out, plot = tmp_path / "results.json", tmp_path / "speedups.png"
+    done = subprocess.run(
+        [
+            *KERNEL_AGENT,
+            "bench",
+            str(PROBLEMS),
+            "--baseline",
+            "eager",
+            "--limit",
+            "2",
+            "--threads",
+            "1",
+            "--timing-budget",
+            "0.3",
+            "--json",
+            "--out",
+            str(out),
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert json.loads(out.read_text()) == report
+    assert len(report["rows"]) == 2
+    assert all(row["verdict"] == "correct" for row in report["rows"])
+    assert set(report["summary"]["fast_p"]) == {"strict", "float64"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_compares_torch_compile_with_eager():
+    done = subprocess.run(
+        [
+            *KERNEL_AGENT,
+            "bench",
+            str(PROBLEMS / "linear_relu.py"),
+            "--threads",
+            "1",
+            "--timing-budget",
+            "0.3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "linear_relu" in done.stdout and "correct" in done.stdout
+    assert "fast_1" in done.stdout and "geomean" in done.stdout
+
+
+def test_bench_on_a_missing_folder_is_a_usage_error(tmp_path):
+    done = subprocess.run(
+        [*KERNEL_AGENT, "bench", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "no such file or folder" in done.stderr
