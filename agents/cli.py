@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from agents import __version__
 from agents.bench.command import add_bench_parser, run_bench_command
 from agents.evaluate import DEVICES, MIN_TRIALS, EvalError, EvalOptions, evaluate
+from agents.profile.api import ProfileError
+from agents.profile.command import add_profile_parser, run_profile
 from agents.sandbox.process import Limits
 from agents.task import SIZES, SourceFile, TaskLoadError
 from agents.verify.verdict import EvalResult
@@ -74,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-jail", action="store_true", help="skip the bubblewrap jail (limits still apply)"
     )
     add_bench_parser(commands)
+    add_profile_parser(commands)
     return parser
 
 
@@ -82,11 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "eval":
             return run_eval(args)
+        if args.command == "profile":
+            return run_profile(args)
         if args.command == "bench":
             return run_bench_command(args, list(argv if argv is not None else sys.argv[1:]))
         build_parser().print_help()
         return EXIT_USAGE
-    except (UsageError, EvalError, TaskLoadError) as error:
+    except (UsageError, EvalError, TaskLoadError, ProfileError) as error:
         print(f"kernel-agent: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

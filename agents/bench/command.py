@@ -30,7 +30,8 @@ def add_bench_parser(commands) -> None:
     bench.add_argument("--size", choices=SIZES, default="default")
     bench.add_argument("--baseline", choices=BASELINES, default="torch.compile")
     bench.add_argument("--levels", default=None, help="KernelBench levels, e.g. 1,2")
-    bench.add_argument("--limit", type=int, default=None, help="run only the first N problems")
+    bench.add_argument("--start", type=int, default=0, help="skip the first N problems")
+    bench.add_argument("--limit", type=int, default=None, help="run at most N problems")
     bench.add_argument("--threads", type=int, default=None)
     bench.add_argument("--timing-budget", type=float, default=3.0, metavar="SECONDS")
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -45,6 +46,7 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
     except ValueError:
         raise EvalError(f"--levels must be numbers like 1,2, not {args.levels!r}") from None
     paths = discover(Path(args.path), levels)
+    paths = paths[args.start :]
     if args.limit is not None:
         paths = paths[: args.limit]
     if not paths:
@@ -71,13 +73,14 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
     ) as progress:
         task = progress.add_task("benchmarking", total=len(paths))
 
-        def advance(row):
+        def advance(report: BenchReport) -> None:
+            row = report.rows[-1]
             progress.update(task, advance=1, description=f"{row.problem}: {row.verdict}")
+            if args.out:  # after every problem, so a run cut short keeps what it measured
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(report.to_json(), indent=2))
 
-        report = run_bench(paths, options, on_row=advance)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report.to_json(), indent=2))
+        report = run_bench(paths, options, on_report=advance)
     if args.plot:
         plot_report(report, args.plot)
     if args.json:

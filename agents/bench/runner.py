@@ -83,7 +83,7 @@ def run_problem(path: Path, options: BenchOptions) -> BenchRow:
 def run_bench(
     paths: list[Path],
     options: BenchOptions,
-    on_row: Callable[[BenchRow], None] | None = None,
+    on_report: Callable[[BenchReport], None] | None = None,
 ) -> BenchReport:
     started = time.monotonic()
     report = BenchReport(
@@ -96,7 +96,7 @@ def run_bench(
     for path in paths:
         row = run_problem(path, options)
         report.rows.append(row)
-        if on_row is not None:
-            on_row(row)
-    report.total_s = round(time.monotonic() - started, 1)
+        report.total_s = round(time.monotonic() - started, 1)
+        if on_report is not None:
+            on_report(report)
     return report

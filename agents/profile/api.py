@@ -1,0 +1,134 @@
+"""Parent side of `profile`: check the file, measure ceilings, run the sandboxed child.
+
+The parent never imports the problem; it parses it (so a malformed file fails fast with one
+line and no child), measures the machine's ceilings itself (the jail cannot write their
+cache), and turns whatever the child said, or did not say, into a Profile or a ProfileError.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+from agents.profile.report import Profile
+from agents.sandbox.process import ChildOutcome, Limits, run_child
+from agents.task import SIZES, SourceFile, TaskLoadError, outline_problem
+
+DEVICES = ("cpu", "cuda")
+
+
+class ProfileError(Exception):
+    """Profiling could not give an answer; the message is one line for the user."""
+
+
+def profile_file(
+    source: SourceFile,
+    *,
+    device: str = "cpu",
+    size: str = "default",
+    threads: int | None = None,
+    repeat: int = 5,
+    use_jail: bool = True,
+    cache_dir: Path | None = None,
+    limits: Limits | None = None,
+    refresh_ceilings: bool = False,
+) -> Profile:
+    """Profile a KernelBench problem's `Model.forward` line by line, in the sandbox."""
+    _check_request(source, device, size, repeat, threads)
+    from agents.profile.ceilings import get_ceilings  # torch: imported only when profiling
+
+    threads = threads or _default_threads()
+    cache = Path(cache_dir or platformdirs.user_cache_dir("kernel-agent"))
+    ceilings = get_ceilings(device, threads, refresh=refresh_ceilings, cache_dir=cache)
+    limits = limits or Limits()
+    request = {
+        "reference": {"text": source.text, "path": source.path},
+        "device": device,
+        "threads": threads,
+        "size": size,
+        "repeat": repeat,
+        "cache_dir": str(cache),
+        "ceilings": ceilings.to_json(),
+    }
+    outcome = run_child(
+        request,
+        device=device,
+        threads=threads,
+        build_cache=cache / "build" / "profile",
+        limits=limits,
+        entry="agents.profile.child",
+        use_jail=use_jail,
+    )
+    return read_outcome(outcome, source, limits)
+
+
+def _check_request(
+    source: SourceFile, device: str, size: str, repeat: int, threads: int | None
+) -> None:
+    if device not in DEVICES:
+        raise ProfileError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
+    if size not in SIZES:
+        raise ProfileError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
+    if repeat < 1:
+        raise ProfileError("--repeat must be at least 1")
+    if threads is not None and threads < 1:
+        raise ProfileError("--threads must be at least 1")
+    try:
+        outline_problem(source)
+    except TaskLoadError as error:
+        raise ProfileError(str(error)) from None
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ProfileError("--device cuda: no CUDA device is available here; use --device cpu")
+
+
+def _default_threads() -> int:
+    """Every core this process may run on, as the verifier does."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def read_outcome(outcome: ChildOutcome, source: SourceFile, limits: Limits) -> Profile:
+    """The child's Profile, or one line saying why there is none."""
+    message = outcome.result
+    if message is not None:
+        if message.get("error"):
+            raise ProfileError(_one_line(str(message["error"])))
+        try:
+            return Profile.from_json(message["profile"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ProfileError(f"{source.label}: the profiler sent a malformed result") from None
+    if outcome.timed_out_phase == "build":
+        raise ProfileError(f"{source.label}: loading took longer than {limits.build_timeout_s:g} s")
+    if outcome.timed_out_phase:
+        raise ProfileError(f"{source.label}: profiling took longer than {limits.run_timeout_s:g} s")
+    last = _last_line(outcome.stderr_tail)
+    if outcome.phase == "start" and not outcome.messages:
+        cause = last or f"exit status {outcome.returncode}"
+        raise ProfileError(f"the sandbox failed to start ({cause}); try --no-jail to compare")
+    name = outcome.signal_name
+    code = outcome.returncode
+    if name is None and code is not None and code > 128:  # bubblewrap reports 128 + signal
+        name = ChildOutcome(returncode=128 - code).signal_name
+    how = f"was killed by {name}" if name else f"exited with status {code}"
+    if name == "SIGKILL":
+        how += " (out of memory?)"
+    tail = f"; last line on stderr: {last}" if last else ""
+    raise ProfileError(f"{source.label}: the profiler's process {how} during {outcome.phase}{tail}")
+
+
+def _last_line(text: str) -> str:
+    """The last line on stderr that is not the profiler's own chatter."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("USDT:")]
+    return lines[-1][:300] if lines else ""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
