@@ -118,6 +118,7 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
         device=options.device,
         threads=threads,
         build_cache=cache_dir(options) / "build" / source_hash,
+        compiler_cache=cache_dir(options) / "compiler",
         limits=options.limits,
         use_jail=options.jail,
     )

@@ -59,12 +59,12 @@ class ModelNew(Model):
         return self._compiled_forward(*args)
 """
 
-EAGER_BASELINE = '''
+EAGER_BASELINE = """
 
 # --- kernel-agent baseline: the reference itself (an A/A check of the timing) ---
 class ModelNew(Model):
     pass
-'''
+"""
 
 BASELINES = ("torch.compile", "eager")
 

@@ -57,6 +57,7 @@ def profile_file(
         device=device,
         threads=threads,
         build_cache=cache / "build" / "profile",
+        compiler_cache=cache / "compiler",
         limits=limits,
         entry="agents.profile.child",
         use_jail=use_jail,

@@ -39,10 +39,18 @@ def is_sensitive(name: str) -> bool:
 
 
 def scrubbed_environment(
-    workdir: Path, build_cache: Path, threads: int, source: Mapping[str, str] | None = None
+    workdir: Path,
+    build_cache: Path,
+    threads: int,
+    source: Mapping[str, str] | None = None,
+    compiler_cache: Path | None = None,
 ) -> dict[str, str]:
     """A copy of the environment without credentials, with HOME, temp and every compiler
-    cache inside directories the sandbox may write."""
+    cache inside directories the sandbox may write. Extensions build in `build_cache` (keyed
+    by the candidate's source); Inductor and Triton share `compiler_cache`, whose hits
+    (headers, common kernels) save seconds per candidate, and whose entries are only ever
+    trusted after the verifier has checked what they compute."""
+    shared = compiler_cache or build_cache
     base = os.environ if source is None else source
     env = {name: value for name, value in base.items() if not is_sensitive(name)}
     home = workdir / "home"
@@ -53,8 +61,8 @@ def scrubbed_environment(
             "TMPDIR": str(workdir),
             "XDG_CACHE_HOME": str(workdir / "cache"),
             "TORCH_EXTENSIONS_DIR": str(build_cache / "torch_extensions"),
-            "TORCHINDUCTOR_CACHE_DIR": str(build_cache / "inductor"),
-            "TRITON_CACHE_DIR": str(build_cache / "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": str(shared / "inductor"),
+            "TRITON_CACHE_DIR": str(shared / "triton"),
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
             "OMP_NUM_THREADS": str(threads),
             "MKL_NUM_THREADS": str(threads),

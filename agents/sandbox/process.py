@@ -94,19 +94,22 @@ def run_child(
     threads: int,
     build_cache: Path,
     limits: Limits,
+    compiler_cache: Path | None = None,
     entry: str = "agents.verify.child",
     use_jail: bool = True,
 ) -> ChildOutcome:
     """Start `entry` in a jailed child with `request`, and collect its messages."""
-    build_cache.mkdir(parents=True, exist_ok=True)
+    caches = [build_cache] + ([compiler_cache] if compiler_cache else [])
+    for cache in caches:
+        cache.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="kernel-agent-"))
     try:
-        return _run_in(workdir, request, device, threads, build_cache, limits, entry, use_jail)
+        return _run_in(workdir, request, device, threads, caches, limits, entry, use_jail)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_in(workdir, request, device, threads, build_cache, limits, entry, use_jail):
+def _run_in(workdir, request, device, threads, caches, limits, entry, use_jail):
     nonce = secrets.token_hex(16)
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps({**request, "nonce": nonce}), encoding="utf-8")
@@ -126,7 +129,7 @@ def _run_in(workdir, request, device, threads, build_cache, limits, entry, use_j
     jail = find_jail() if use_jail else None
     outcome = ChildOutcome()
     if jail is not None:
-        argv = jail_command(jail, argv, writable=[workdir, build_cache], device=device)
+        argv = jail_command(jail, argv, writable=[workdir, *caches], device=device)
         outcome.isolation = jail.describe()
     else:
         outcome.isolation = "limits only (no bubblewrap jail available): scrubbed environment"
@@ -138,7 +141,9 @@ def _run_in(workdir, request, device, threads, build_cache, limits, entry, use_j
     outcome.isolation += (
         f", {limits.build_timeout_s:g} s build / {limits.run_timeout_s:g} s run wall clock"
     )
-    env = scrubbed_environment(workdir, build_cache, threads)
+    env = scrubbed_environment(
+        workdir, caches[0], threads, compiler_cache=caches[1] if len(caches) > 1 else None
+    )
     started = time.monotonic()
     process = subprocess.Popen(
         argv,
