@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import math
 import os
+import site
 import sys
 import threading
 import time
@@ -53,6 +54,7 @@ def _guarded_namespaces() -> dict[str, Any]:
         "math": math,
         "os": os,
         "threading": threading,
+        "threading.Thread": threading.Thread,
     }
     for name, value in vars(torch.nn).items():
         if isinstance(value, type) and issubclass(value, torch.nn.Module):
@@ -174,6 +176,62 @@ def warm_thread_pools(device: str) -> None:
         torch.cuda.synchronize()
 
 
+THREAD_CREATORS: dict[int, str] = {}
+"""Native id of each thread started through `threading` -> file of the code that started it."""
+BUSY_WINDOW_S = 0.01
+BUSY_CPU_NS = 1_000_000
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where installed library code lives (torch, triton, tqdm...): threads it starts are
+    helpers, still refused if they keep working after a call returns."""
+    dirs = {os.path.dirname(torch.__file__) + os.sep}
+    dirs.update(path.rstrip(os.sep) + os.sep for path in site.getsitepackages())
+    return tuple(sorted(dirs))
+
+
+_STDLIB_DIR = os.path.dirname(threading.__file__) + os.sep
+
+
+def install_thread_tracker() -> None:
+    """Record who starts each Python thread: torch starts helper threads of its own (compile
+    workers), which are fine; a thread started by candidate code is not. Installed before the
+    snapshot, so a candidate that removes it is caught as a patched function."""
+    original = threading.Thread.start
+    libraries = _library_dirs()
+
+    def start(self, *args, **kwargs):
+        creator = "unknown"
+        frame = sys._getframe(1)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if not name.startswith(_STDLIB_DIR) or "site-packages" in name:
+                creator = "library" if name.startswith(libraries) else name
+                break
+            frame = frame.f_back
+        result = original(self, *args, **kwargs)
+        THREAD_CREATORS[self.native_id or 0] = creator
+        return result
+
+    threading.Thread.start = start
+
+
+def _cpu_ns(tid: int) -> int | None:
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as stat:
+            return int(stat.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _comm(tid: int) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return "?"
+
+
 @dataclass
 class LeftoverWork:
     """Threads or processes a candidate left running after it returned."""
@@ -185,7 +243,7 @@ class LeftoverWork:
         found = []
         if self.threads:
             found.append(
-                "candidate left threads running after it returned: " + ", ".join(self.threads)
+                "candidate left threads working after it returned: " + ", ".join(self.threads)
             )
         if self.processes:
             found.append(
@@ -196,17 +254,28 @@ class LeftoverWork:
 
 
 def leftovers(baseline_threads: Iterable[int]) -> LeftoverWork:
-    """Threads and processes beyond the baseline, read right after a candidate call."""
+    """Threads and processes beyond the baseline, read right after a candidate call.
+
+    A new thread is refused when candidate code started it, or when it keeps using the CPU
+    after the call returned (work the timer would miss). Idle helper threads that torch
+    starts for itself (TorchInductor and Triton on a GPU do) are allowed."""
     baseline = set(baseline_threads)
     new = sorted(native_threads() - baseline)
-    names = []
+    flagged: list[str] = []
+    watch: dict[int, int] = {}
     for tid in new:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
-                names.append(f"{comm.read().strip()}[{tid}]")
-        except OSError:
-            continue  # it ended between the listing and the read
-    return LeftoverWork(names, child_processes())
+        creator = THREAD_CREATORS.get(tid)
+        if creator is not None and creator != "library":
+            flagged.append(f"{_comm(tid)}[{tid}] started by {creator}")
+        elif (used := _cpu_ns(tid)) is not None:
+            watch[tid] = used
+    if watch:
+        time.sleep(BUSY_WINDOW_S)
+        for tid, before in watch.items():
+            after = _cpu_ns(tid)
+            if after is not None and after - before > BUSY_CPU_NS:
+                flagged.append(f"{_comm(tid)}[{tid}] busy after the call returned")
+    return LeftoverWork(flagged, child_processes())
 
 
 def active_modes() -> list[str]:

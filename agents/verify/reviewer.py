@@ -207,6 +207,7 @@ class Reviewer:
         request = self.request
         torch.set_num_threads(request.threads)
         integrity.warm_thread_pools(self.device)
+        integrity.install_thread_tracker()
         snapshot = integrity.take_snapshot()
         try:
             problem = load_problem(request.reference)
@@ -223,6 +224,9 @@ class Reviewer:
         except TaskLoadError as error:
             self.report.reference_failed = True
             raise Refusal(Verdict.RUNTIME_ERROR, f"reference: {error}") from None
+        # Threads alive before any candidate code: anything later is the candidate's doing
+        # (or a helper torch starts for it, which `integrity.leftovers` tells apart).
+        self._baseline_threads = integrity.native_threads()
         try:
             candidate_class = load_candidate(request.candidate)
             seed_everything(request.seed)
@@ -356,7 +360,7 @@ class Reviewer:
     def _verify(self, reference, candidate, snapshot) -> None:
         request = self.request
         out_sizes = self._out_sizes
-        baseline = integrity.native_threads()
+        baseline = self._baseline_threads
         model64 = self._float64_copy(reference)
         for trial in range(request.trials):
             self._trial(
@@ -441,7 +445,7 @@ class Reviewer:
         reference.load_state_dict(fresh)
         self._guard(lambda: candidate.load_state_dict(fresh), "loading a new state_dict")
         model64 = self._float64_copy(reference)
-        baseline = integrity.native_threads()
+        baseline = self._baseline_threads
         for trial in range(self.request.reload_trials):
             try:
                 self._trial(
@@ -506,7 +510,7 @@ class Reviewer:
                     )
 
         def reverify():
-            baseline = integrity.native_threads()
+            baseline = self._baseline_threads
             self._trial(
                 reference,
                 candidate,
