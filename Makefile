@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kernel-agent-installed
 
-.PHONY: setup demo test test-fast lint format jail clean
+.PHONY: setup demo test test-fast lint format jail bench clean
 
 setup: $(STAMP) jail
 
@@ -34,6 +34,9 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: setup
+	$(BIN)/kernel-agent bench bench/problems --out bench/results-cpu.json --plot bench/speedups-cpu.png
 
 lint: setup
 	$(BIN)/ruff check .

@@ -16,6 +16,7 @@ from agents.bench.command import add_bench_parser, run_bench_command
 from agents.evaluate import DEVICES, MIN_TRIALS, EvalError, EvalOptions, evaluate
 from agents.profile.api import ProfileError
 from agents.profile.command import add_profile_parser, run_profile
+from agents.skills_command import SkillCommandError, add_skills_parser, run_skills
 from agents.sandbox.process import Limits
 from agents.task import SIZES, SourceFile, TaskLoadError
 from agents.verify.verdict import EvalResult
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_bench_parser(commands)
     add_profile_parser(commands)
+    add_skills_parser(commands)
     return parser
 
 
@@ -85,13 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "eval":
             return run_eval(args)
+        if args.command == "skills":
+            return run_skills(args)
         if args.command == "profile":
             return run_profile(args)
         if args.command == "bench":
             return run_bench_command(args, list(argv if argv is not None else sys.argv[1:]))
         build_parser().print_help()
         return EXIT_USAGE
-    except (UsageError, EvalError, TaskLoadError, ProfileError) as error:
+    except (UsageError, EvalError, TaskLoadError, ProfileError, SkillCommandError) as error:
         print(f"kernel-agent: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

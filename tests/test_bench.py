@@ -140,3 +140,26 @@ def test_bench_on_a_missing_folder_is_a_usage_error(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "no such file or folder" in done.stderr
+
+
+def test_a_saved_report_renders_as_markdown(tmp_path):
+    report = BenchReport(
+        "2026-12-02 10:00 UTC",
+        "cpu model",
+        "cpu",
+        "default",
+        "kernel-agent bench",
+        rows=[_row("a", "correct", True, 2.0), _row("b", "incorrect", False, None)],
+    )
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps(report.to_json()))
+    done = subprocess.run(
+        [*KERNEL_AGENT, "bench", "--from-json", str(saved), "--markdown"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| a | correct | pass |" in done.stdout
+    assert "- strict rule: fast_0 50%" in done.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agents.bench.render import plot_report, render_report
+from agents.bench.render import markdown_report, plot_report, render_report
 from agents.bench.report import BenchReport
 from agents.bench.runner import BenchOptions, run_bench
 from agents.bench.suite import BASELINES, discover
@@ -35,12 +35,24 @@ def add_bench_parser(commands) -> None:
     bench.add_argument("--threads", type=int, default=None)
     bench.add_argument("--timing-budget", type=float, default=3.0, metavar="SECONDS")
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    bench.add_argument(
+        "--markdown", action="store_true", help="print a Markdown table for bench/RESULTS.md"
+    )
+    bench.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="RESULTS.json",
+        help="render an earlier report instead of running",
+    )
     bench.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
     bench.add_argument("--plot", type=Path, default=None, help="draw speedups to a PNG")
     bench.add_argument("--no-jail", action="store_true")
 
 
 def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.from_json is not None:
+        return _render_saved(args)
     try:
         levels = [int(x) for x in args.levels.split(",")] if args.levels else None
     except ValueError:
@@ -83,12 +95,25 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
         report = run_bench(paths, options, on_report=advance)
     if args.plot:
         plot_report(report, args.plot)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        render_report(report, console)
+    _print(report, args, console)
     return 0 if all(row.verdict != "error" for row in report.rows) else 1
 
 
-def load_report(path: Path) -> BenchReport:
-    return BenchReport.from_json(json.loads(path.read_text()))
+def _print(report: BenchReport, args: argparse.Namespace, console: Console) -> None:
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif args.markdown:
+        print(markdown_report(report))
+    else:
+        render_report(report, console)
+
+
+def _render_saved(args: argparse.Namespace) -> int:
+    try:
+        report = BenchReport.from_json(json.loads(args.from_json.read_text()))
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise EvalError(f"{args.from_json}: not a bench report ({error})") from None
+    if args.plot:
+        plot_report(report, args.plot)
+    _print(report, args, Console())
+    return 0

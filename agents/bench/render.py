@@ -58,3 +58,30 @@ def plot_report(report: BenchReport, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def markdown_report(report: BenchReport) -> str:
+    """The report as a Markdown section for bench/RESULTS.md: date, machine, command, table."""
+    lines = [
+        f"- Date: {report.date}; machine: {report.machine} ({report.device}, size "
+        f"{report.size}); {len(report.rows)} problems in {report.total_s:.0f} s.",
+        f"- Command: `{report.command}`",
+        "",
+        "| problem | verdict | strict | eager ms | baseline ms | speedup | 95% CI |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for row in report.rows:
+        strict = {True: "pass", False: "fail", None: ""}[row.strict_allclose]
+        speedup = f"{row.speedup:.2f}x" if row.speedup else ""
+        interval = f"{row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}" if row.speedup_ci else ""
+        lines.append(
+            f"| {row.problem} | {row.verdict} | {strict} | {_ms(row.eager_ms)} | "
+            f"{_ms(row.baseline_ms)} | {speedup} | {interval} |"
+        )
+    lines.append("")
+    for rule in RULES:
+        parts = [f"fast_{p:g} {report.fast_p(p, rule):.0%}" for p in FAST_P_THRESHOLDS]
+        mean = report.geomean_speedup(rule)
+        geomean = f"; geomean {mean:.2f}x" if mean else "; geomean n/a"
+        lines.append(f"- {rule} rule: " + ", ".join(parts) + geomean)
+    return "\n".join(lines)
