@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from agents import __version__
 from agents.bench.command import add_bench_parser, run_bench_command
 from agents.evaluate import DEVICES, MIN_TRIALS, EvalError, EvalOptions, evaluate
+from agents.memory_command import MemoryCommandError, add_memory_parser, run_memory
 from agents.profile.api import ProfileError
 from agents.profile.command import add_profile_parser, run_profile
-from agents.skills_command import SkillCommandError, add_skills_parser, run_skills
 from agents.sandbox.process import Limits
+from agents.skills_command import SkillCommandError, add_skills_parser, run_skills
 from agents.task import SIZES, SourceFile, TaskLoadError
 from agents.verify.verdict import EvalResult
 
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(commands)
     add_profile_parser(commands)
     add_skills_parser(commands)
+    add_memory_parser(commands)
     return parser
 
 
@@ -87,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "eval":
             return run_eval(args)
+        if args.command == "memory":
+            return run_memory(args)
         if args.command == "skills":
             return run_skills(args)
         if args.command == "profile":
@@ -95,7 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_bench_command(args, list(argv if argv is not None else sys.argv[1:]))
         build_parser().print_help()
         return EXIT_USAGE
-    except (UsageError, EvalError, TaskLoadError, ProfileError, SkillCommandError) as error:
+    except (
+        UsageError,
+        EvalError,
+        TaskLoadError,
+        ProfileError,
+        SkillCommandError,
+        MemoryCommandError,
+    ) as error:
         print(f"kernel-agent: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
