@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 from agents.bench.report import BenchReport, BenchRow
 from agents.bench.suite import baseline_candidate, discover, problem_name
