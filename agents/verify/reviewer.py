@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy
@@ -29,7 +29,7 @@ from agents.task import (
     load_problem,
 )
 from agents.verify import compare, integrity, timing
-from agents.verify.verdict import Verdict
+from agents.verify.verdict import ReviewFindings, Verdict
 
 _manual_seed = torch.manual_seed
 _no_grad = torch.no_grad
@@ -56,29 +56,9 @@ class ReviewRequest:
 
 
 @dataclass
-class ReviewReport:
+class ReviewReport(ReviewFindings):
     """The child's findings; the parent turns them into an EvalResult."""
 
-    verdict: Verdict
-    reasons: list[str] = field(default_factory=list)
-    trials: int = 0
-    strict_allclose: bool | None = None
-    float64_rule: bool | None = None
-    float64_error_ratio: float | None = None
-    candidate_error: float | None = None
-    reference_error: float | None = None
-    state_dict_compatible: bool | None = None
-    reload_check: str | None = None
-    reference_ms: float | None = None
-    candidate_ms: float | None = None
-    speedup: float | None = None
-    speedup_ci: list[float] | None = None
-    reference_iqr_ms: float | None = None
-    candidate_iqr_ms: float | None = None
-    timing_runs: int = 0
-    timing_method: str | None = None
-    timing_notes: list[str] = field(default_factory=list)
-    suspicious: bool = False
     reference_failed: bool = False
 
 

@@ -199,6 +199,7 @@ def measure_pair(
     cand_times: list[float] = []
     reverified = False
     started = _perf_counter()
+
     def run_candidate() -> float:
         # Check the output at once and let it go: holding it would change the allocator's
         # pattern for the candidate alone, and bias its time (seen: 1.5x on a memory-bound op).

@@ -20,14 +20,12 @@ class Verdict(StrEnum):
 
 
 @dataclass
-class EvalResult:
-    """Everything the verifier knows about one candidate, in a JSON-ready shape."""
+class ReviewFindings:
+    """What the sandboxed review found: verdict, both correctness rules, and timing."""
 
     verdict: Verdict
     reasons: list[str] = field(default_factory=list)
-    device: str = "cpu"
     trials: int = 0
-    seed: int | None = None
     strict_allclose: bool | None = None
     float64_rule: bool | None = None
     float64_error_ratio: float | None = None
@@ -45,6 +43,15 @@ class EvalResult:
     timing_method: str | None = None
     timing_notes: list[str] = field(default_factory=list)
     suspicious: bool = False
+
+
+@dataclass
+class EvalResult(ReviewFindings):
+    """Everything the verifier knows about one candidate, in a JSON-ready shape: the review's
+    findings plus what only the parent knows (device, seed, isolation, static findings)."""
+
+    device: str = "cpu"
+    seed: int | None = None
     isolation: str = ""
     static_findings: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
