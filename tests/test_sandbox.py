@@ -3,7 +3,6 @@ no credentials, and the parent survives whatever the child does."""
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 from pathlib import Path
@@ -165,7 +164,6 @@ os.killpg(0, signal.SIGKILL)
 """
     result = run_eval("linear_relu.py", candidate_source(hostile(body)), static_check=False)
     assert result.verdict is Verdict.RUNTIME_ERROR
-    assert os.getpid() > 0  # still here
 
 
 def test_output_flood_on_stdout_is_bounded_and_harmless():
