@@ -162,3 +162,42 @@ def test_a_saved_report_renders_as_markdown(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "| a | correct | pass |" in done.stdout
     assert "- strict rule: fast_0 50%" in done.stdout
+
+
+def _saved(tmp_path, name, machine, rows):
+    report = BenchReport(
+        "2026-12-02 10:00 UTC", machine, "cuda", "gpu", f"kernel-agent bench {name}", rows=rows
+    )
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(report.to_json()))
+    return path
+
+
+def test_parts_of_a_split_run_merge_into_one_table(tmp_path):
+    a = _saved(tmp_path, "a", "H200", [_row("p1", "correct", True, 2.0)])
+    b = _saved(tmp_path, "b", "H200", [_row("p2", "correct", True, 0.5)])
+    done = subprocess.run(
+        [*KERNEL_AGENT, "bench", "--from-json", str(a), str(b), "--markdown"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| p1 |" in done.stdout and "| p2 |" in done.stdout
+    assert "kernel-agent bench a && kernel-agent bench b" in done.stdout
+    assert "fast_1 50%" in done.stdout
+
+
+def test_parts_from_different_machines_do_not_merge(tmp_path):
+    a = _saved(tmp_path, "a", "H200", [_row("p1", "correct", True, 2.0)])
+    b = _saved(tmp_path, "b", "A100", [_row("p2", "correct", True, 0.5)])
+    done = subprocess.run(
+        [*KERNEL_AGENT, "bench", "--from-json", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "cannot merge" in done.stderr

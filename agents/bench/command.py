@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agents.bench.render import markdown_report, plot_report, render_report
-from agents.bench.report import BenchReport
+from agents.bench.report import BenchReport, merge_reports
 from agents.bench.runner import BenchOptions, run_bench
 from agents.bench.suite import BASELINES, discover
 from agents.evaluate import DEVICES, EvalError, EvalOptions
@@ -41,9 +41,10 @@ def add_bench_parser(commands) -> None:
     bench.add_argument(
         "--from-json",
         type=Path,
+        nargs="+",
         default=None,
         metavar="RESULTS.json",
-        help="render an earlier report instead of running",
+        help="render earlier reports instead of running; several parts of one run are merged",
     )
     bench.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
     bench.add_argument("--plot", type=Path, default=None, help="draw speedups to a PNG")
@@ -109,10 +110,16 @@ def _print(report: BenchReport, args: argparse.Namespace, console: Console) -> N
 
 
 def _render_saved(args: argparse.Namespace) -> int:
+    parts = []
+    for path in args.from_json:
+        try:
+            parts.append(BenchReport.from_json(json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            raise EvalError(f"{path}: not a bench report ({error})") from None
     try:
-        report = BenchReport.from_json(json.loads(args.from_json.read_text()))
-    except (OSError, ValueError, TypeError, KeyError) as error:
-        raise EvalError(f"{args.from_json}: not a bench report ({error})") from None
+        report = merge_reports(parts)
+    except ValueError as error:
+        raise EvalError(f"--from-json: {error}") from None
     if args.plot:
         plot_report(report, args.plot)
     _print(report, args, Console())

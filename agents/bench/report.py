@@ -83,3 +83,35 @@ class BenchReport:
     def from_json(cls, data: dict[str, Any]) -> BenchReport:
         fields = {k: v for k, v in data.items() if k not in ("rows", "summary")}
         return cls(**fields, rows=[BenchRow(**row) for row in data.get("rows", [])])
+
+
+def merge_reports(parts: list[BenchReport]) -> BenchReport:
+    """One report from the parts of a run split with --start/--limit (a device call has a limit).
+
+    The parts must come from the same machine, device and size; a problem may appear only once.
+    """
+    if not parts:
+        raise ValueError("no reports to merge")
+    first = parts[0]
+    for part in parts[1:]:
+        if (part.machine, part.device, part.size) != (first.machine, first.device, first.size):
+            raise ValueError(
+                f"cannot merge a report from {part.machine} ({part.device}, size {part.size}) "
+                f"with one from {first.machine} ({first.device}, size {first.size})"
+            )
+    rows = [row for part in parts for row in part.rows]
+    seen: set[str] = set()
+    for row in rows:
+        if row.problem in seen:
+            raise ValueError(f"problem {row.problem} appears in more than one report")
+        seen.add(row.problem)
+    commands = list(dict.fromkeys(part.command for part in parts))
+    return BenchReport(
+        date=first.date,
+        machine=first.machine,
+        device=first.device,
+        size=first.size,
+        command=" && ".join(commands),
+        rows=rows,
+        total_s=sum(part.total_s for part in parts),
+    )
