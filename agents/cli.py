@@ -15,6 +15,7 @@ from agents import __version__
 from agents.bench.command import add_bench_parser, run_bench_command
 from agents.evaluate import DEVICES, MIN_TRIALS, EvalError, EvalOptions, evaluate
 from agents.memory_command import MemoryCommandError, add_memory_parser, run_memory
+from agents.optimize_command import add_optimize_parser, run_optimize
 from agents.profile.api import ProfileError
 from agents.profile.command import add_profile_parser, run_profile
 from agents.sandbox.process import Limits
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--no-jail", action="store_true", help="skip the bubblewrap jail (limits still apply)"
     )
+    add_optimize_parser(commands)
     add_bench_parser(commands)
     add_profile_parser(commands)
     add_skills_parser(commands)
@@ -95,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_skills(args)
         if args.command == "profile":
             return run_profile(args)
+        if args.command == "optimize":
+            return run_optimize(args)
         if args.command == "bench":
             return run_bench_command(args, list(argv if argv is not None else sys.argv[1:]))
         build_parser().print_help()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,10 @@ MIN_TRIALS = 5
 
 class EvalError(Exception):
     """The request itself is wrong (bad reference, unknown device): a usage error."""
+
+
+class EvalCancelled(Exception):
+    """The caller's cancel event was set; the child was killed and no verdict exists."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,14 @@ def cache_dir(options: EvalOptions) -> Path:
     return options.cache_dir or Path(platformdirs.user_cache_dir("kernel-agent"))
 
 
-def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions) -> EvalResult:
-    """Judge `candidate` against `reference`. Raises EvalError only for a bad request."""
+def evaluate(
+    reference: SourceFile,
+    candidate: SourceFile,
+    options: EvalOptions,
+    cancel: threading.Event | None = None,
+) -> EvalResult:
+    """Judge `candidate` against `reference`. Raises EvalError only for a bad request, and
+    EvalCancelled when `cancel` is set before a verdict arrives."""
     if options.device not in DEVICES:
         raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
     if options.size not in SIZES:
@@ -121,7 +132,10 @@ def evaluate(reference: SourceFile, candidate: SourceFile, options: EvalOptions)
         compiler_cache=cache_dir(options) / "compiler",
         limits=options.limits,
         use_jail=options.jail,
+        cancel=cancel,
     )
+    if outcome.cancelled:
+        raise EvalCancelled("cancelled")
     result = judge(outcome, options)
     result.seed = seed
     return result

@@ -243,11 +243,27 @@ class Logbook:
 
     def failed_plans(self, task_id: str) -> list[str]:
         """Plans that did not pay: the attempt was not correct, or was correct but no faster
-        than its parent. Unique, oldest first; for the planner's "do not repeat" list."""
+                than its parent, and no other attempt with the same plan paid (a plan that failed once and
+        then, repaired, succeeded is not a failed plan). Unique, oldest first; for the planner's
+        "do not repeat" list."""
         attempts = self.attempts(task_id)
         by_id = {a.id: a for a in attempts}
         failed: list[str] = []
+        paid = {
+            a.plan
+            for a in attempts
+            if a.correct
+            and a.plan
+            and (
+                a.parent_id is None
+                or by_id.get(a.parent_id) is None
+                or by_id[a.parent_id].speedup is None
+                or (a.speedup or 0) > (by_id[a.parent_id].speedup or 0)
+            )
+        }
         for attempt in attempts:
+            if attempt.plan in paid:
+                continue
             parent = by_id.get(attempt.parent_id) if attempt.parent_id is not None else None
             slower = (
                 attempt.correct

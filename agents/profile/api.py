@@ -8,6 +8,7 @@ cache), and turns whatever the child said, or did not say, into a Profile or a P
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import platformdirs
@@ -34,6 +35,7 @@ def profile_file(
     cache_dir: Path | None = None,
     limits: Limits | None = None,
     refresh_ceilings: bool = False,
+    cancel: threading.Event | None = None,
 ) -> Profile:
     """Profile a KernelBench problem's `Model.forward` line by line, in the sandbox."""
     _check_request(source, device, size, repeat, threads)
@@ -61,7 +63,10 @@ def profile_file(
         limits=limits,
         entry="agents.profile.child",
         use_jail=use_jail,
+        cancel=cancel,
     )
+    if outcome.cancelled:
+        raise ProfileError("profiling was cancelled")
     return read_outcome(outcome, source, limits)
 
 

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ class ChildOutcome:
     garbage_lines: int = 0
     isolation: str = ""
     elapsed_s: float = 0.0
+    cancelled: bool = False
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -97,19 +99,23 @@ def run_child(
     compiler_cache: Path | None = None,
     entry: str = "agents.verify.child",
     use_jail: bool = True,
+    cancel: threading.Event | None = None,
 ) -> ChildOutcome:
-    """Start `entry` in a jailed child with `request`, and collect its messages."""
+    """Start `entry` in a jailed child with `request`, and collect its messages.
+
+    Setting `cancel` kills the child's whole process group within a fraction of a second;
+    the outcome then says `cancelled`."""
     caches = [build_cache] + ([compiler_cache] if compiler_cache else [])
     for cache in caches:
         cache.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="kernel-agent-"))
     try:
-        return _run_in(workdir, request, device, threads, caches, limits, entry, use_jail)
+        return _run_in(workdir, request, device, threads, caches, limits, entry, use_jail, cancel)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_in(workdir, request, device, threads, caches, limits, entry, use_jail):
+def _run_in(workdir, request, device, threads, caches, limits, entry, use_jail, cancel=None):
     nonce = secrets.token_hex(16)
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps({**request, "nonce": nonce}), encoding="utf-8")
@@ -158,7 +164,7 @@ def _run_in(workdir, request, device, threads, caches, limits, entry, use_jail):
     )
     os.close(write_fd)
     try:
-        _collect(process, read_fd, nonce, limits, outcome, started)
+        _collect(process, read_fd, nonce, limits, outcome, started, cancel)
     finally:
         os.close(read_fd)
         _kill_group(process)
@@ -167,7 +173,7 @@ def _run_in(workdir, request, device, threads, caches, limits, entry, use_jail):
     return outcome
 
 
-def _collect(process, read_fd, nonce, limits, outcome, started) -> None:
+def _collect(process, read_fd, nonce, limits, outcome, started, cancel) -> None:
     selector = selectors.DefaultSelector()
     selector.register(read_fd, selectors.EVENT_READ, "result")
     selector.register(process.stdout, selectors.EVENT_READ, "stdout")
@@ -178,6 +184,9 @@ def _collect(process, read_fd, nonce, limits, outcome, started) -> None:
     prefix = nonce.encode() + b" "
     exited_at = 0.0
     while open_streams:
+        if cancel is not None and cancel.is_set():
+            outcome.cancelled = True
+            return
         limit = (
             limits.build_timeout_s
             if outcome.phase in ("start", "build")
@@ -187,7 +196,7 @@ def _collect(process, read_fd, nonce, limits, outcome, started) -> None:
         if remaining <= 0:
             outcome.timed_out_phase = "build" if outcome.phase in ("start", "build") else "run"
             return
-        for key, _ in selector.select(timeout=min(remaining, 1.0)):
+        for key, _ in selector.select(timeout=min(remaining, 0.2)):
             name = key.data
             chunk = os.read(key.fd, 65536)
             if not chunk:

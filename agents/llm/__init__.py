@@ -1,0 +1,1 @@
+"""LLM backends behind one `ChatModel` interface, with retries, pricing and configuration."""

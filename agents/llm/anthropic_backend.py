@@ -1,0 +1,148 @@
+"""Claude through the Anthropic Messages API, with the static system prompt cached.
+
+The static part of the system prompt (instructions, gated skills) is identical across a
+role's calls, so it is sent as its own block marked `cache_control: ephemeral`; repeated
+calls then read it from the prompt cache at a tenth of the input price. The SDK's own
+retries are off: `retry.call_with_retries` retries, counts and explains instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+from typing import Any
+
+import anthropic
+
+from agents.llm.base import ChatReply, Message, SystemPrompt, Usage
+from agents.llm.config import LLMConfig, missing_key_error
+from agents.llm.pricing import PriceTable, cost_usd, default_prices, find_price
+from agents.llm.retry import Failure, RetryPolicy, Sleep, call_with_retries, sdk_failure
+
+# Newer SDKs (2.x) dropped `temperature` from messages.create, as the newest models refuse
+# it; send it only where the installed SDK still takes it.
+SDK_TAKES_TEMPERATURE = (
+    "temperature" in inspect.signature(anthropic.resources.messages.AsyncMessages.create).parameters
+)
+
+
+class AnthropicChat:
+    """A `ChatModel` for one Claude model; at most `config.max_concurrency` requests at once."""
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        api_key: str | None,
+        prices: PriceTable | None = None,
+        *,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+        policy: RetryPolicy | None = None,
+    ) -> None:
+        if config.backend != "anthropic":
+            raise ValueError(f"AnthropicChat needs backend 'anthropic', not {config.backend!r}")
+        if not api_key:
+            raise missing_key_error("anthropic", config.api_key_env)
+        self.config = config
+        self._prices = default_prices() if prices is None else prices
+        self._policy = policy or RetryPolicy(max_attempts=config.max_attempts)
+        self._sleep = sleep
+        self._rng = rng
+        self._limit = asyncio.Semaphore(config.max_concurrency)
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=config.base_url, max_retries=0, timeout=config.timeout_s
+        )
+
+    @property
+    def label(self) -> str:
+        return self.config.label
+
+    @property
+    def priced(self) -> bool:
+        """False when the price table has no entry for this model (its cost shows as $0)."""
+        return find_price(self.config.model, self._prices) is not None
+
+    async def chat(
+        self,
+        system: SystemPrompt,
+        messages: list[Message],
+        *,
+        max_tokens: int = 4096,
+        temperature: float | None = None,
+    ) -> ChatReply:
+        request: dict[str, Any] = {
+            "model": self.config.model,
+            "max_tokens": self.config.max_tokens or max_tokens,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+        }
+        blocks = system_blocks(system)
+        if blocks:
+            request["system"] = blocks
+        temperature = (
+            self.config.temperature if self.config.temperature is not None else temperature
+        )
+        if temperature is not None and SDK_TAKES_TEMPERATURE:
+            request["temperature"] = temperature
+
+        async def attempt() -> anthropic.types.Message:
+            async with self._limit:
+                return await self._client.messages.create(**request)
+
+        response, attempts = await call_with_retries(
+            attempt,
+            self._classify,
+            label=self.label,
+            policy=self._policy,
+            key_env=self.config.api_key_env,
+            sleep=self._sleep,
+            rng=self._rng,
+        )
+        usage = usage_of(response.usage)
+        text = "".join(block.text for block in response.content if block.type == "text")
+        cost = cost_usd(self.config.model, usage, self._prices)
+        return ChatReply(
+            text=text,
+            usage=usage,
+            cost_usd=cost or 0.0,
+            model=response.model or self.config.model,
+            stop_reason=response.stop_reason or "",
+            attempts=attempts,
+        )
+
+    def _classify(self, error: BaseException) -> Failure | None:
+        return sdk_failure(
+            error,
+            status_error=anthropic.APIStatusError,
+            timeout_error=anthropic.APITimeoutError,
+            connection_error=anthropic.APIConnectionError,
+            sdk_error=anthropic.AnthropicError,
+            timeout_s=self.config.timeout_s,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def system_blocks(system: SystemPrompt) -> list[dict[str, Any]]:
+    """The static part as a cached block, the dynamic part (if any) uncached after it."""
+    blocks: list[dict[str, Any]] = []
+    if system.static:
+        blocks.append(
+            {"type": "text", "text": system.static, "cache_control": {"type": "ephemeral"}}
+        )
+    if system.dynamic:
+        blocks.append({"type": "text", "text": system.dynamic})
+    return blocks
+
+
+def usage_of(usage: Any) -> Usage:
+    """Our Usage from Anthropic's (cache fields may be absent or None)."""
+    if usage is None:
+        return Usage()
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
+        cache_write_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
+    )

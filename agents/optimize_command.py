@@ -1,0 +1,263 @@
+"""`kernel-agent optimize`: run the search on one KernelBench-format file.
+
+Exit status: 0 when a result was produced ("no improvement" included), 1 when the search
+failed, 2 for a usage error. Ctrl-C cancels: the best verified kernel so far is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import json
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from agents.evaluate import DEVICES, EvalError, EvalOptions
+from agents.llm.accounting import CostMeter
+from agents.llm.base import LLMError, MissingAPIKeyError
+from agents.roles.factory import BACKENDS, RoleSetupError, build_roles
+from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
+from agents.search.budget import Budget, CancelToken
+from agents.search.progress import ProgressView
+from agents.search.result import SearchResult, plot_trajectory
+from agents.task import SIZES, SourceFile, TaskLoadError, outline_problem
+from memory.experiences import ExperienceStore
+from memory.logbook import Logbook
+from memory.store import MemoryStore, MemoryStoreError
+
+EXIT_DONE, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class OptimizeUsageError(Exception):
+    """A bad request (file, setting, key): one line, exit status 2."""
+
+
+def add_optimize_parser(commands) -> None:
+    opt = commands.add_parser(
+        "optimize",
+        help="search for a faster, verified ModelNew for a KernelBench-format file",
+        description="Profile FILE's Model, plan and write rewrites with the chosen backend, "
+        "verify and time each in the sandbox, and write the fastest verified one.",
+    )
+    opt.add_argument("file", metavar="FILE.py")
+    opt.add_argument(
+        "--llm", choices=BACKENDS, default=None, help="default: the config file's, else offline"
+    )
+    opt.add_argument("--model", default=None, help="model name for every role")
+    opt.add_argument("--base-url", default=None, help="OpenAI-compatible or Anthropic base URL")
+    opt.add_argument("--config", type=Path, default=None, help="TOML: per-role models, prices")
+    opt.add_argument("--device", choices=DEVICES, default="cpu")
+    opt.add_argument("--size", choices=SIZES, default="default")
+    opt.add_argument("--beam", type=int, default=6, metavar="B")
+    opt.add_argument("--plans", type=int, default=12, metavar="N")
+    opt.add_argument("--samples", type=int, default=2, metavar="K")
+    opt.add_argument("--iters", type=int, default=16, metavar="T")
+    opt.add_argument("--patience", type=int, default=4, metavar="P")
+    opt.add_argument("--repairs", type=int, default=2, metavar="R")
+    opt.add_argument("--max-evals", type=int, default=100, metavar="E")
+    opt.add_argument("--max-cost", type=float, default=None, metavar="USD")
+    opt.add_argument("--max-tokens", type=int, default=None)
+    opt.add_argument("--max-time", type=float, default=None, metavar="SECONDS")
+    opt.add_argument("--parallel-evals", type=int, default=1)
+    opt.add_argument("--timing-budget", type=float, default=2.0, metavar="SECONDS")
+    opt.add_argument("--threads", type=int, default=None)
+    opt.add_argument("--seed", type=int, default=0)
+    opt.add_argument("--output", type=Path, default=None, metavar="OUT.py")
+    opt.add_argument("--trajectory", type=Path, default=None, metavar="TRAJECTORY.json")
+    opt.add_argument("--plot", type=Path, default=None, metavar="PLOT.png")
+    opt.add_argument("--memory", type=Path, default=None, help="memory file (default: per user)")
+    opt.add_argument("--no-memory", action="store_true", help="neither read nor write memory")
+    opt.add_argument("--no-profile", action="store_true")
+    opt.add_argument("--no-jail", action="store_true")
+    opt.add_argument("--json", action="store_true", help="print one JSON object")
+    opt.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def run_optimize(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (OptimizeUsageError, RoleSetupError, MissingAPIKeyError, EvalError) as error:
+        print(f"kernel-agent optimize: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except MemoryStoreError as error:
+        print(f"kernel-agent optimize: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise OptimizeUsageError(f"cannot read {path}: {error}") from None
+    reference = SourceFile(text, str(path))
+    try:
+        outline_problem(reference)
+    except TaskLoadError as error:
+        raise OptimizeUsageError(str(error)) from None
+    try:
+        config = SearchConfig(
+            beam=args.beam,
+            plans=args.plans,
+            samples=args.samples,
+            iterations=args.iters,
+            patience=args.patience,
+            repairs=args.repairs,
+            parallel_evals=args.parallel_evals,
+            profile=not args.no_profile,
+            seed=args.seed,
+        )
+        budget = Budget(
+            max_evals=args.max_evals,
+            max_tokens=args.max_tokens,
+            max_cost_usd=args.max_cost,
+            max_wall_s=args.max_time,
+        )
+    except ValueError as error:
+        raise OptimizeUsageError(str(error)) from None
+    if args.timing_budget <= 0:
+        raise OptimizeUsageError("--timing-budget must be positive")
+    options = EvalOptions(
+        device=args.device,
+        size=args.size,
+        threads=args.threads,
+        timing_budget_s=args.timing_budget,
+        jail=not args.no_jail,
+    )
+    meter = CostMeter()
+    roles, models = build_roles(
+        args.llm,
+        meter,
+        model=args.model,
+        base_url=args.base_url,
+        config_path=args.config,
+        device=args.device,
+    )
+    store = None if args.no_memory else MemoryStore(args.memory)
+    memory = (
+        SearchMemory()
+        if store is None
+        else SearchMemory(experiences=ExperienceStore(store), logbook=Logbook(store))
+    )
+    err = Console(stderr=True, quiet=args.quiet)
+    if store is not None and store.recovered_from:
+        err.print(f"[yellow]memory:[/yellow] {store.recovered_from}")
+    cancel = CancelToken()
+    view = ProgressView(err, args.iters, args.max_evals)
+    search = Search(
+        reference,
+        roles,
+        meter,
+        options=options,
+        config=config,
+        budget=budget,
+        memory=memory,
+        on_event=view,
+        cancel=cancel,
+        task_name=path.stem,
+    )
+    previous = signal.getsignal(signal.SIGINT)
+
+    def interrupt(signum, frame) -> None:
+        if cancel.cancelled:  # a second Ctrl-C: stop now
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        cancel.cancel()
+        err.print("[yellow]cancelling: keeping the best verified kernel so far[/yellow]")
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with view:
+            result = asyncio.run(_search(search, models))
+    except LLMError as error:
+        print(f"kernel-agent optimize: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if store is not None:
+            store.close()
+    output = _write_output(result, path, args.output)
+    if args.trajectory:
+        result.write_trajectory(args.trajectory)
+    if args.plot:
+        plot_trajectory(result, args.plot)
+    if args.json:
+        data = result.to_json()
+        data["output"] = str(output) if output else None
+        print(json.dumps(data))
+    else:
+        _report(result, output, reference, Console())
+    failed = not result.improved and result.evaluations == 0 and "failed" in result.stopped_because
+    return EXIT_FAILED if failed else EXIT_DONE
+
+
+async def _search(search: Search, models) -> SearchResult:
+    try:
+        return await run_search(search)
+    finally:
+        for model in models:
+            await model.aclose()
+
+
+def _write_output(result: SearchResult, source: Path, wanted: Path | None) -> Path | None:
+    """Write the verified kernel; never over the user's own file."""
+    if result.source is None:
+        return None
+    target = wanted or source.with_name(f"{source.stem}_optimized.py")
+    if target.resolve() == source.resolve():
+        raise OptimizeUsageError(f"--output {target} is the input file; choose another path")
+    header = (
+        f'"""Verified by kernel-agent: {result.speedup:.2f}x over {source.name} on '
+        f'{result.device} ({", ".join(result.methods) or "rewrite"})."""\n\n'
+    )
+    body = result.source
+    if body.lstrip().startswith('"""Verified by kernel-agent'):
+        header = ""
+    target.write_text(header + body, encoding="utf-8")
+    return target
+
+
+def _report(result: SearchResult, output: Path | None, ref: SourceFile, out: Console) -> None:
+    if result.improved and result.source is not None:
+        ci = (
+            f" (95% CI {result.speedup_ci[0]:.2f}-{result.speedup_ci[1]:.2f})"
+            if result.speedup_ci
+            else ""
+        )
+        out.print(
+            f"[green]verified {result.speedup:.2f}x faster[/green]{ci} on {result.device}: "
+            + " → ".join(result.methods)
+        )
+        diff = difflib.unified_diff(
+            ref.text.splitlines(),
+            result.source.splitlines(),
+            fromfile=ref.label,
+            tofile=str(output),
+            lineterm="",
+        )
+        out.print("\n".join(list(diff)[:80]), markup=False, highlight=False)
+        out.print(f"written to {output}")
+    else:
+        out.print("no improvement: no verified kernel was faster than the original")
+    for note in result.notes:
+        out.print(f"note: {note}")
+    cost = result.cost
+    roles = ", ".join(
+        f"{role} {c['calls']} calls/{c['input_tokens'] + c['output_tokens']} tok"
+        for role, c in cost.get("roles", {}).items()
+    )
+    out.print(
+        f"{result.evaluations} evaluations, {result.iterations} iterations, "
+        f"{result.elapsed_s:.0f} s; stopped: {result.stopped_because}"
+    )
+    out.print(
+        f"cost: ${cost.get('cost_usd', 0):.4f}, {cost.get('tokens', 0)} tokens "
+        f"({cost.get('cache_hit_share', 0):.0%} of input from cache)"
+        + (f"; {roles}" if roles else "")
+    )

@@ -1,0 +1,1 @@
+"""The budgeted beam search (AccelOpt's loop with KernelSkill's repairer and logbook)."""

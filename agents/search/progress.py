@@ -1,0 +1,66 @@
+"""The CLI's view of a search's event stream: one rich progress line plus notable events."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from agents.search import events as ev
+
+
+class ProgressView:
+    """Shows iteration, best speedup and candidates; prints new bests and failures."""
+
+    def __init__(self, console: Console, iterations: int, max_evals: int | None) -> None:
+        self.console = console
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self.max_evals = max_evals
+        self.iterations = iterations
+        self.task: TaskID | None = None
+        self.best = 1.0
+        self.candidates = 0
+        self.iteration = 0
+
+    def __enter__(self) -> ProgressView:
+        self.progress.__enter__()
+        total = self.max_evals or self.iterations
+        self.task = self.progress.add_task("optimizing", total=total, status="starting")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, event: ev.SearchEvent) -> None:
+        if isinstance(event, ev.Profiled):
+            self.console.print("[bold]profile[/bold] " + event.summary.replace("\n", "\n  "))
+        elif isinstance(event, ev.IterationStarted):
+            self.iteration = event.iteration
+        elif isinstance(event, ev.CandidateEvaluated):
+            if event.verdict != "duplicate":
+                self.candidates += 1
+            if event.verdict not in ("correct", "duplicate"):
+                reason = f": {event.reason[:120]}" if event.reason else ""
+                self.console.print(f"  [dim]{event.plan[:60]} → {event.verdict}{reason}[/dim]")
+        elif isinstance(event, ev.NewBest):
+            self.best = event.speedup
+            self.console.print(
+                f"  [green]new best {event.speedup:.2f}x[/green] ({event.plan[:70]}) "
+                f"after {event.evaluations} evaluations"
+            )
+        elif isinstance(event, ev.Failed):
+            self.console.print(f"[red]failed:[/red] {event.reason}")
+        if self.task is not None:
+            done = self.candidates if self.max_evals else self.iteration
+            self.progress.update(
+                self.task,
+                completed=done,
+                status=f"iteration {self.iteration}/{self.iterations} · best "
+                f"{self.best:.2f}x · {self.candidates} candidates",
+            )
