@@ -19,7 +19,8 @@ from rich.console import Console
 from agents.evaluate import DEVICES, EvalError, EvalOptions
 from agents.llm.accounting import CostMeter
 from agents.llm.base import LLMError, MissingAPIKeyError
-from agents.roles.factory import BACKENDS, RoleSetupError, build_roles
+from agents.llm.config import LLMConfig, load_settings
+from agents.roles.factory import BACKENDS, OfflineSetup, RoleSetupError, build_roles
 from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
 from agents.search.budget import Budget, CancelToken
 from agents.search.progress import ProgressView
@@ -30,6 +31,11 @@ from memory.logbook import Logbook
 from memory.store import MemoryStore, MemoryStoreError
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+LLM_DEFAULTS = {"beam": 6, "plans": 12, "samples": 2, "iters": 16, "patience": 4, "repairs": 2}
+OFFLINE_DEFAULTS = {"beam": 3, "plans": 6, "samples": 1, "iters": 6, "patience": 2, "repairs": 0}
+"""Passes are deterministic (one sample is enough) and few (six plans cover them)."""
 
 
 class OptimizeUsageError(Exception):
@@ -52,12 +58,15 @@ def add_optimize_parser(commands) -> None:
     opt.add_argument("--config", type=Path, default=None, help="TOML: per-role models, prices")
     opt.add_argument("--device", choices=DEVICES, default="cpu")
     opt.add_argument("--size", choices=SIZES, default="default")
-    opt.add_argument("--beam", type=int, default=6, metavar="B")
-    opt.add_argument("--plans", type=int, default=12, metavar="N")
-    opt.add_argument("--samples", type=int, default=2, metavar="K")
-    opt.add_argument("--iters", type=int, default=16, metavar="T")
-    opt.add_argument("--patience", type=int, default=4, metavar="P")
-    opt.add_argument("--repairs", type=int, default=2, metavar="R")
+    search = opt.add_argument_group(
+        "search", "defaults: AccelOpt's B=6 N=12 K=2 T=16 with an LLM; B=3 N=6 K=1 T=6 offline"
+    )
+    search.add_argument("--beam", type=int, default=None, metavar="B")
+    search.add_argument("--plans", type=int, default=None, metavar="N")
+    search.add_argument("--samples", type=int, default=None, metavar="K")
+    search.add_argument("--iters", type=int, default=None, metavar="T")
+    search.add_argument("--patience", type=int, default=None, metavar="P")
+    search.add_argument("--repairs", type=int, default=None, metavar="R")
     opt.add_argument("--max-evals", type=int, default=100, metavar="E")
     opt.add_argument("--max-cost", type=float, default=None, metavar="USD")
     opt.add_argument("--max-tokens", type=int, default=None)
@@ -88,6 +97,17 @@ def run_optimize(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
+def _config_backend(path: Path | None) -> str:
+    """The backend a config file chooses, for picking search defaults (errors come later)."""
+    if path is None:
+        return "offline"
+    try:
+        settings = load_settings(path, default=LLMConfig(backend="offline"))
+    except ValueError:
+        return "offline"
+    return settings.models.for_role("planner").backend
+
+
 def _run(args: argparse.Namespace) -> int:
     path = Path(args.file)
     try:
@@ -99,6 +119,11 @@ def _run(args: argparse.Namespace) -> int:
         outline_problem(reference)
     except TaskLoadError as error:
         raise OptimizeUsageError(str(error)) from None
+    offline = (args.llm or _config_backend(args.config)) == "offline"
+    defaults = OFFLINE_DEFAULTS if offline else LLM_DEFAULTS
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     try:
         config = SearchConfig(
             beam=args.beam,
@@ -129,6 +154,13 @@ def _run(args: argparse.Namespace) -> int:
         jail=not args.no_jail,
     )
     meter = CostMeter()
+    cancel = CancelToken()
+    store = None if args.no_memory else MemoryStore(args.memory)
+    memory = (
+        SearchMemory()
+        if store is None
+        else SearchMemory(experiences=ExperienceStore(store), logbook=Logbook(store))
+    )
     roles, models = build_roles(
         args.llm,
         meter,
@@ -136,17 +168,11 @@ def _run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         config_path=args.config,
         device=args.device,
-    )
-    store = None if args.no_memory else MemoryStore(args.memory)
-    memory = (
-        SearchMemory()
-        if store is None
-        else SearchMemory(experiences=ExperienceStore(store), logbook=Logbook(store))
+        offline=OfflineSetup(reference, options, memory.experiences, cancel.event),
     )
     err = Console(stderr=True, quiet=args.quiet)
     if store is not None and store.recovered_from:
         err.print(f"[yellow]memory:[/yellow] {store.recovered_from}")
-    cancel = CancelToken()
     view = ProgressView(err, args.iters, args.max_evals)
     search = Search(
         reference,

@@ -243,9 +243,9 @@ class Logbook:
 
     def failed_plans(self, task_id: str) -> list[str]:
         """Plans that did not pay: the attempt was not correct, or was correct but no faster
-                than its parent, and no other attempt with the same plan paid (a plan that failed once and
-        then, repaired, succeeded is not a failed plan). Unique, oldest first; for the planner's
-        "do not repeat" list."""
+        than its parent, and no other attempt with the same plan paid (a plan that failed
+        once and then, repaired, succeeded is not a failed plan). Unique, oldest first; for
+        the planner's "do not repeat" list."""
         attempts = self.attempts(task_id)
         by_id = {a.id: a for a in attempts}
         failed: list[str] = []

@@ -89,6 +89,7 @@ OFFLINE_PASSES = (
     "channels-last",
     "torch-compile",
     "cuda-graphs",
+    "cpp-elementwise",
 )
 
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")

@@ -138,3 +138,16 @@ def test_task_ids_ignore_cosmetic_edits_but_not_the_device():
     edited = "# comment\n" + REFERENCE.replace("x @ self.w", "x  @  self.w")
     assert task_id_for(REFERENCE, "H200") == task_id_for(edited, "H200")
     assert task_id_for(REFERENCE, "H200") != task_id_for(REFERENCE, "A100")
+
+
+def test_a_plan_that_paid_after_a_repair_is_not_a_failed_plan(logbook):
+    task = "t"
+    root = logbook.record(task, verdict="correct", source="ref", speedup=1.0)
+    broken = logbook.record(
+        task, verdict="runtime_error", source="bad", plan="fuse it", parent_id=root.id
+    )
+    logbook.record(
+        task, verdict="correct", source="good", plan="fuse it", parent_id=broken.id, speedup=2.0
+    )
+    logbook.record(task, verdict="incorrect", source="worse", plan="tile it", parent_id=root.id)
+    assert logbook.failed_plans(task) == ["tile it"]

@@ -49,6 +49,15 @@ def add_bench_parser(commands) -> None:
     bench.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
     bench.add_argument("--plot", type=Path, default=None, help="draw speedups to a PNG")
     bench.add_argument("--no-jail", action="store_true")
+    bench.add_argument(
+        "--optimize",
+        action="store_true",
+        help="run the offline optimizer on every problem; compare with eager and torch.compile",
+    )
+    bench.add_argument(
+        "--memory", type=Path, default=None, help="--optimize: memory file (default: fresh)"
+    )
+    bench.add_argument("--max-evals", type=int, default=40, help="--optimize: per problem")
 
 
 def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
@@ -64,6 +73,8 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
         paths = paths[: args.limit]
     if not paths:
         raise EvalError(f"{args.path}: no problem files found")
+    if args.optimize:
+        return _run_optimize(paths, args, argv)
     options = BenchOptions(
         baseline=args.baseline,
         eval=EvalOptions(
@@ -124,3 +135,63 @@ def _render_saved(args: argparse.Namespace) -> int:
         plot_report(report, args.plot)
     _print(report, args, Console())
     return 0
+
+
+def _run_optimize(paths: list[Path], args: argparse.Namespace, argv: list[str]) -> int:
+    from agents.bench.optimize import OptimizeBenchOptions, run_optimize_bench
+    from agents.bench.optimize_render import optimize_markdown, render_optimize
+    from agents.optimize_command import OFFLINE_DEFAULTS
+    from agents.search.beam import SearchConfig
+    from agents.search.budget import Budget
+
+    if args.max_evals < 1:
+        raise EvalError("--max-evals must be at least 1")
+    d = OFFLINE_DEFAULTS
+    options = OptimizeBenchOptions(
+        eval=EvalOptions(
+            device=args.device,
+            size=args.size,
+            threads=args.threads,
+            timing_budget_s=args.timing_budget,
+            jail=not args.no_jail,
+        ),
+        search=SearchConfig(
+            beam=d["beam"],
+            plans=d["plans"],
+            samples=d["samples"],
+            iterations=d["iters"],
+            patience=d["patience"],
+            repairs=d["repairs"],
+        ),
+        budget=Budget(max_evals=args.max_evals),
+        memory=args.memory,
+        command="kernel-agent " + shlex.join(argv),
+    )
+    console = Console(stderr=args.json)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("optimizing", total=len(paths))
+
+        def advance(report) -> None:
+            row = report.rows[-1]
+            progress.update(
+                task, advance=1, description=f"{row.problem}: {row.verdict} {row.speedup:.2f}x"
+            )
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(report.to_json(), indent=2))
+
+        report = run_optimize_bench(paths, options, on_row=advance)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif args.markdown:
+        print(optimize_markdown(report))
+    else:
+        render_optimize(report, console)
+    return 0 if all(row.verdict != "error" for row in report.rows) else 1

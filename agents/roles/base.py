@@ -7,7 +7,7 @@ realises planner and executor with rewrite passes. The search only sees these pr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class PlanningContext:
     avoid_plans: list[str] = field(default_factory=list)  # plans already tried or failed
     applied_methods: list[str] = field(default_factory=list)  # methods on this lineage
     seed: int = 0  # the plan's slot among the N for this kernel: diversity and determinism
+    signature: Any = None  # memory.experiences.TaskSignature of the task, for memory lookups
 
 
 @dataclass

@@ -344,6 +344,7 @@ class Search:
             avoid_plans=avoid,
             applied_methods=list(parent.methods),
             seed=seed,
+            signature=self.signature,
         )
 
     async def _plan_all(self, state: _State) -> list[tuple[Plan, Node]]:

@@ -1,0 +1,1 @@
+"""Rewrite passes. Each turns the current kernel into a complete ModelNew module source."""

@@ -1,0 +1,186 @@
+"""The offline backend's planner, executor and summarizer: the same loop, no LLM.
+
+The planner ranks the passes of the skills the gate allowed, reordered by what memory says
+those passes gave on similar tasks on this device; so the offline mode improves with use.
+The executor runs one pass in the sandbox. There is no repairer: a pass is deterministic,
+so a failed rewrite is a finding (logged), not something to retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from dataclasses import dataclass
+
+from agents.evaluate import EvalOptions, cache_dir, default_threads
+from agents.offline.registry import DEVICE_ONLY, PASSES
+from agents.roles.base import Candidate, Plan, PlanningContext, SkillBrief, Summary
+from agents.sandbox.process import run_child
+from agents.task import SourceFile
+from memory.experiences import ExperienceStore
+
+LABEL = "offline"
+TERMINAL = ("torch-compile", "cpp-elementwise", "cuda-graphs")
+"""Passes whose output hides the forward from fx (a compiled function, an extension call):
+nothing is planned after them on the same lineage."""
+MEMORY_WEIGHT = 2.0  # how strongly measured gains reorder the gate's ranking
+
+
+@dataclass(frozen=True)
+class RankedPass:
+    name: str
+    skill: SkillBrief
+    gate_rank: int
+    memory_gain: float | None  # weighted mean speedup this pass gave on similar tasks
+    memory_count: int
+
+
+class OfflinePlanner:
+    label = LABEL
+
+    def __init__(self, experiences: ExperienceStore | None, device: str) -> None:
+        self.experiences = experiences
+        self.device = device
+
+    async def plan(self, context: PlanningContext) -> Plan | None:
+        ranked = self.rank(context)
+        if context.seed >= len(ranked):
+            return None
+        choice = ranked[context.seed]
+        memory = (
+            f" Memory: {choice.memory_gain:.2f}x on {choice.memory_count} similar task(s)."
+            if choice.memory_gain is not None
+            else ""
+        )
+        return Plan(
+            title=f"{choice.skill.title} (offline pass {choice.name})",
+            method=choice.name,
+            details=f"Gate: {choice.skill.why or 'allowed'}.{memory}",
+            skill_id=choice.skill.id,
+        )
+
+    def rank(self, context: PlanningContext) -> list[RankedPass]:
+        """Passes of allowed skills, not yet applied on this lineage, that did not fail on
+        this task before; best first."""
+        if any(method in TERMINAL for method in context.applied_methods):
+            return []
+        avoided = "\n".join(context.avoid_plans)
+        seen: dict[str, RankedPass] = {}
+        for rank, skill in enumerate(context.allowed_skills):
+            name = skill.offline_pass
+            if not name or name not in PASSES or name in seen:
+                continue
+            if DEVICE_ONLY.get(name, context.device) != context.device:
+                continue
+            if name in context.applied_methods or f"[{name}]" in avoided:
+                continue
+            gain, count = self._memory(context, name)
+            seen[name] = RankedPass(name, skill, rank, gain, count)
+        return sorted(seen.values(), key=_order)
+
+    def _memory(self, context: PlanningContext, name: str) -> tuple[float | None, int]:
+        """Weighted geometric mean of the gains this pass gave on similar tasks."""
+        if self.experiences is None or context.signature is None:
+            return None, 0
+        total = weight = 0.0
+        count = 0
+        for exp, score in self.experiences.retrieve(context.signature, k=64):
+            if f"[{name}]" not in exp.plan or score < self.experiences.policy.min_relevance:
+                continue
+            ratio = exp.gain if exp.kind == "positive" else 1 / exp.gain
+            total += score * math.log(ratio)
+            weight += score
+            count += 1
+        if not count:
+            return None, 0
+        return math.exp(total / weight), count
+
+
+def _order(ranked: RankedPass) -> tuple[float, int]:
+    """Measured gains first (a pass that paid on similar tasks jumps ahead, one that hurt
+    falls behind the untried ones), then the gate's order."""
+    bonus = 0.0 if ranked.memory_gain is None else math.log(ranked.memory_gain)
+    return (-MEMORY_WEIGHT * bonus, ranked.gate_rank)
+
+
+class OfflineExecutor:
+    """Runs one pass on the current kernel in a sandboxed child."""
+
+    label = LABEL
+
+    def __init__(
+        self,
+        reference: SourceFile,
+        options: EvalOptions,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.reference = reference
+        self.options = options
+        self.cancel = cancel
+
+    async def implement(self, context: PlanningContext, plan: Plan, sample: int) -> Candidate:
+        is_reference = context.candidate_source == context.task_source
+        threads = self.options.threads or default_threads()
+        request = {
+            "reference": {"text": self.reference.text, "path": self.reference.path},
+            "source": context.candidate_source,
+            "class_name": "Model" if is_reference else "ModelNew",
+            "pass": plan.method,
+            "device": self.options.device,
+            "size": self.options.size,
+            "threads": threads,
+            "seed": sample,
+        }
+        cache = cache_dir(self.options)
+        outcome = await asyncio.to_thread(
+            run_child,
+            request,
+            device=self.options.device,
+            threads=threads,
+            build_cache=cache / "build" / "offline",
+            compiler_cache=cache / "compiler",
+            limits=self.options.limits,
+            entry="agents.offline.child",
+            use_jail=self.options.jail,
+            cancel=self.cancel,
+        )
+        message = outcome.result
+        if message is None:
+            last = (outcome.stderr_tail.strip().splitlines() or ["no answer"])[-1]
+            return Candidate(None, error=f"the {plan.method} pass crashed: {last[:200]}")
+        summary = str(message.get("summary") or "")
+        source = message.get("source")
+        if not isinstance(source, str) or not source.strip():
+            return Candidate(None, error=f"{plan.method}: {summary or 'nothing to rewrite'}")
+        notes = [summary]
+        if message.get("compile_s") is not None:
+            notes.append(
+                f"torch.compile took {message['compile_s']:.1f} s on the first call "
+                "(paid once per process; not included in the timing)"
+            )
+        return Candidate(source, notes="; ".join(n for n in notes if n))
+
+
+class OfflineSummarizer:
+    """A lesson from the measurement alone: which pass, on what kind of task, gave what."""
+
+    label = LABEL
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    async def summarize(
+        self, slow_source: str, fast_source: str, gain: float, plan: str, regression: bool
+    ) -> Summary:
+        head = (plan.splitlines() or ["a rewrite"])[0]
+        if regression:
+            return Summary(
+                title=f"{head}: slower",
+                lesson=f"On this kind of kernel on {self.device}, {head} made it {gain:.2f}x "
+                "slower; do not apply it here.",
+            )
+        return Summary(
+            title=f"{head}: {gain:.2f}x",
+            lesson=f"On this kind of kernel on {self.device}, {head} gave {gain:.2f}x.",
+        )

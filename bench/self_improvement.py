@@ -1,0 +1,190 @@
+"""Does the memory make the search cheaper? Run the suite twice through the search: first
+with a cold (empty) memory, then with the memory the first pass left behind, and report the
+evaluations each needed to reach its best speedup.
+
+    python bench/self_improvement.py [bench/problems] [--limit N] [--out results.json]
+
+Uses the offline backend (the only one that runs without an endpoint here); `--llm` and
+`--base-url` pick another. Speeds are the search's own confirmed figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agents.bench.runner import machine_name
+from agents.bench.suite import discover, problem_name
+from agents.evaluate import EvalOptions
+from agents.llm.accounting import CostMeter
+from agents.optimize_command import LLM_DEFAULTS, OFFLINE_DEFAULTS
+from agents.roles.factory import OfflineSetup, build_roles
+from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
+from agents.search.budget import Budget, CancelToken
+from agents.task import SourceFile
+from memory.experiences import ExperienceStore
+from memory.logbook import Logbook
+from memory.store import MemoryStore
+
+
+async def one(path: Path, memory: SearchMemory, args, options: EvalOptions) -> dict:
+    reference = SourceFile.from_path(path)
+    meter = CostMeter()
+    cancel = CancelToken()
+    roles, models = build_roles(
+        args.llm,
+        meter,
+        model=args.model,
+        base_url=args.base_url,
+        device=options.device,
+        offline=OfflineSetup(reference, options, memory.experiences, cancel.event),
+    )
+    d = OFFLINE_DEFAULTS if args.llm == "offline" else LLM_DEFAULTS
+    search = Search(
+        reference,
+        roles,
+        meter,
+        options=options,
+        config=SearchConfig(
+            beam=d["beam"],
+            plans=d["plans"],
+            samples=d["samples"],
+            iterations=d["iters"],
+            patience=d["patience"],
+            repairs=d["repairs"],
+            seed=0,
+        ),
+        budget=Budget(max_evals=args.max_evals),
+        memory=memory,
+        cancel=cancel,
+        task_name=problem_name(path),
+    )
+    try:
+        result = await run_search(search)
+    finally:
+        for model in models:
+            await model.aclose()
+    return {
+        "problem": problem_name(path),
+        "verdict": result.verdict,
+        "speedup": result.speedup,
+        "best_in_search": max((p.best_speedup for p in result.trajectory), default=1.0),
+        "evaluations": result.evaluations,
+        "evaluations_to_best": result.evaluations_to_best(),
+        "methods": result.methods,
+        "elapsed_s": result.elapsed_s,
+    }
+
+
+def run_pass(paths, memory_path: Path, args, options) -> list[dict]:
+    rows = []
+    with MemoryStore(memory_path) as store:
+        memory = SearchMemory(ExperienceStore(store), Logbook(store))
+        for path in paths:
+            row = asyncio.run(one(path, memory, args, options))
+            print(
+                f"  {row['problem']}: {row['verdict']} {row['speedup']:.2f}x, "
+                f"{row['evaluations_to_best']} evaluations to best of {row['evaluations']}",
+                file=sys.stderr,
+            )
+            rows.append(row)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", nargs="?", default="bench/problems")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--llm", default="offline", choices=("offline", "anthropic", "openai"))
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--base-url", default=None)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--timing-budget", type=float, default=1.0)
+    parser.add_argument("--max-evals", type=int, default=40)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    paths = discover(Path(args.path))[: args.limit]
+    options = EvalOptions(threads=args.threads, timing_budget_s=args.timing_budget)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as scratch:
+        memory_path = Path(scratch) / "memory.sqlite3"
+        print("cold memory:", file=sys.stderr)
+        cold = run_pass(paths, memory_path, args, options)
+        print("warm memory:", file=sys.stderr)
+        warm = run_pass(paths, memory_path, args, options)
+    pairs = [
+        (c, w)
+        for c, w in zip(cold, warm, strict=True)
+        if c["evaluations_to_best"] is not None and w["evaluations_to_best"] is not None
+    ]
+    report = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_name("cpu"),
+        "command": "python " + " ".join(sys.argv),
+        "llm": args.llm,
+        "cold": cold,
+        "warm": warm,
+        "improved_both": len(pairs),
+        "evaluations_to_best_cold": sum(c["evaluations_to_best"] for c, _ in pairs),
+        "evaluations_to_best_warm": sum(w["evaluations_to_best"] for _, w in pairs),
+        "evaluations_cold": sum(r["evaluations"] for r in cold),
+        "evaluations_warm": sum(r["evaluations"] for r in warm),
+        "median_ratio_warm_over_cold": (
+            statistics.median(w["evaluations_to_best"] / c["evaluations_to_best"] for c, w in pairs)
+            if pairs
+            else None
+        ),
+        "geomean_speedup_cold": _geomean([r["speedup"] for r in cold]),
+        "geomean_speedup_warm": _geomean([r["speedup"] for r in warm]),
+        "total_s": round(time.monotonic() - started, 1),
+    }
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(markdown(report))
+    return 0
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 1.0
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"- Date: {report['date']}; machine: {report['machine']}; backend: {report['llm']}; "
+        f"{report['total_s']:.0f} s.",
+        f"- Command: `{report['command']}`",
+        "",
+        "| problem | cold: to best / evals | cold speedup | warm: to best / evals | warm speedup |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for c, w in zip(report["cold"], report["warm"], strict=True):
+        lines.append(
+            f"| {c['problem']} | {c['evaluations_to_best'] or '-'} / {c['evaluations']} | "
+            f"{c['speedup']:.2f}x | {w['evaluations_to_best'] or '-'} / {w['evaluations']} | "
+            f"{w['speedup']:.2f}x |"
+        )
+    lines += [
+        "",
+        f"- Evaluations to reach the best, summed over the {report['improved_both']} problems "
+        f"improved in both passes: cold {report['evaluations_to_best_cold']}, warm "
+        f"{report['evaluations_to_best_warm']} (median warm/cold ratio "
+        f"{report['median_ratio_warm_over_cold']}).",
+        f"- All evaluations: cold {report['evaluations_cold']}, warm {report['evaluations_warm']}"
+        f"; geomean speedup cold {report['geomean_speedup_cold']:.2f}x, warm "
+        f"{report['geomean_speedup_warm']:.2f}x.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""The offline planner: gate order, lineage rules, and memory that reorders what it tries."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agents.offline.registry import PASSES
+from agents.offline.roles import OfflinePlanner, OfflineSummarizer
+from agents.roles.base import PlanningContext, SkillBrief
+from memory.experiences import Experience, ExperienceStore, TaskSignature
+from memory.skills_library import OFFLINE_PASSES
+from memory.store import MemoryStore
+
+SIGNATURE = TaskSignature(
+    op_categories=("gemm", "reduction"), shapes=((256, 1024),), dtype="float32", device_name="cpu"
+)
+SKILLS = [
+    SkillBrief("torch-compile-fusion", "Compile", offline_pass="torch-compile"),
+    SkillBrief("torch-reduce-before-gemm", "Reduce first", offline_pass="algebraic-simplification"),
+    SkillBrief("torch-remove-identities", "Identities", offline_pass="remove-identities"),
+    SkillBrief("cpu-vectorize", "Vectorise"),  # no offline pass: never planned
+]
+
+
+def context(**changes) -> PlanningContext:
+    base = dict(
+        task_source="ref",
+        candidate_source="ref",
+        candidate_speedup=1.0,
+        device="cpu",
+        allowed_skills=SKILLS,
+        signature=SIGNATURE,
+    )
+    base.update(changes)
+    return PlanningContext(**base)
+
+
+def plans(planner: OfflinePlanner, ctx: PlanningContext) -> list[str]:
+    out = []
+    for slot in range(6):
+        ctx.seed = slot
+        plan = asyncio.run(planner.plan(ctx))
+        if plan is None:
+            break
+        out.append(plan.method)
+    return out
+
+
+def test_every_skill_pass_has_an_implementation():
+    assert set(OFFLINE_PASSES) == set(PASSES)
+
+
+def test_without_memory_the_gate_order_holds_minus_applied_and_failed():
+    planner = OfflinePlanner(None, "cpu")
+    assert plans(planner, context()) == [
+        "torch-compile",
+        "algebraic-simplification",
+        "remove-identities",
+    ]
+    ctx = context(
+        applied_methods=["algebraic-simplification"],
+        avoid_plans=["Identities (offline pass remove-identities) [remove-identities]"],
+    )
+    assert plans(planner, ctx) == ["torch-compile"]
+
+
+def test_nothing_follows_a_terminal_pass():
+    planner = OfflinePlanner(None, "cpu")
+    assert plans(planner, context(applied_methods=["torch-compile"])) == []
+
+
+def test_device_only_passes_are_not_planned_elsewhere():
+    skills = [SkillBrief("torch-cuda-graphs", "Graphs", offline_pass="cuda-graphs")]
+    assert plans(OfflinePlanner(None, "cpu"), context(allowed_skills=skills)) == []
+    cuda = context(allowed_skills=skills, device="cuda")
+    assert plans(OfflinePlanner(None, "cuda"), cuda) == ["cuda-graphs"]
+
+
+def _experience(pass_name: str, speedup: float) -> Experience:
+    return Experience(
+        signature=SIGNATURE,
+        slow_source=f"slow {pass_name} {speedup}",
+        fast_source=f"fast {pass_name} {speedup}",
+        speedup=speedup,
+        plan=f"Some title (offline pass {pass_name}) [{pass_name}]",
+        kind="positive" if speedup > 1 else "negative",
+    )
+
+
+def test_memory_moves_a_pass_that_paid_ahead_and_one_that_hurt_behind(tmp_path):
+    with MemoryStore(tmp_path / "m.sqlite3") as store:
+        experiences = ExperienceStore(store)
+        experiences.add(_experience("remove-identities", 3.0))
+        experiences.add(_experience("torch-compile", 0.5))
+        planner = OfflinePlanner(experiences, "cpu")
+        assert plans(planner, context()) == [
+            "remove-identities",
+            "algebraic-simplification",
+            "torch-compile",
+        ]
+        plan = asyncio.run(planner.plan(context(seed=0)))
+        assert "3.00x on 1 similar task" in plan.details
+
+
+def test_the_offline_summary_states_the_measurement():
+    summarizer = OfflineSummarizer("cpu")
+    good = asyncio.run(summarizer.summarize("s", "f", 2.5, "Fold [fold-scale-shift]", False))
+    assert "2.50x" in good.lesson and "Fold" in good.title
+    bad = asyncio.run(summarizer.summarize("s", "f", 1.5, "Compile [torch-compile]", True))
+    assert "slower" in bad.lesson and "do not" in bad.lesson
