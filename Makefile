@@ -26,8 +26,13 @@ jail:
 	    echo "note: install bubblewrap (e.g. apt-get install bubblewrap) to jail candidates"; \
 	  fi; }
 
+# The verifier on an honest rewrite and two cheats, then the offline optimizer on an example:
+# progress, the profile's hot lines, the diff of the rewrite and its verified speedup.
 demo: setup
 	$(BIN)/python examples/demo_verify.py
+	@mkdir -p .demo
+	$(BIN)/kernel-agent optimize examples/gemm_divide_sum_scale.py --max-time 100 \
+	  --memory .demo/memory.sqlite3 --output .demo/gemm_divide_sum_scale_optimized.py
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from agents.evaluate import DEVICES, EvalError, EvalOptions
 from agents.llm.accounting import CostMeter
@@ -258,7 +259,7 @@ def _report(result: SearchResult, output: Path | None, ref: SourceFile, out: Con
         )
         out.print(
             f"[green]verified {result.speedup:.2f}x faster[/green]{ci} on {result.device}: "
-            + " → ".join(result.methods)
+            + escape(" → ".join(result.methods))
         )
         diff = difflib.unified_diff(
             ref.text.splitlines(),
@@ -272,7 +273,7 @@ def _report(result: SearchResult, output: Path | None, ref: SourceFile, out: Con
     else:
         out.print("no improvement: no verified kernel was faster than the original")
     for note in result.notes:
-        out.print(f"note: {note}")
+        out.print(f"note: {note}", markup=False)
     cost = result.cost
     roles = ", ".join(
         f"{role} {c['calls']} calls/{c['input_tokens'] + c['output_tokens']} tok"
@@ -282,6 +283,9 @@ def _report(result: SearchResult, output: Path | None, ref: SourceFile, out: Con
         f"{result.evaluations} evaluations, {result.iterations} iterations, "
         f"{result.elapsed_s:.0f} s; stopped: {result.stopped_because}"
     )
+    if not cost.get("tokens"):
+        out.print("cost: no model calls (offline)")
+        return
     out.print(
         f"cost: ${cost.get('cost_usd', 0):.4f}, {cost.get('tokens', 0)} tokens "
         f"({cost.get('cache_hit_share', 0):.0%} of input from cache)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from agents.search import events as ev
@@ -39,7 +40,9 @@ class ProgressView:
 
     def __call__(self, event: ev.SearchEvent) -> None:
         if isinstance(event, ev.Profiled):
-            self.console.print("[bold]profile[/bold] " + event.summary.replace("\n", "\n  "))
+            self.console.print(
+                "[bold]profile[/bold] " + escape(event.summary).replace("\n", "\n  ")
+            )
         elif isinstance(event, ev.IterationStarted):
             self.iteration = event.iteration
         elif isinstance(event, ev.CandidateEvaluated):
@@ -47,15 +50,17 @@ class ProgressView:
                 self.candidates += 1
             if event.verdict not in ("correct", "duplicate"):
                 reason = f": {event.reason[:120]}" if event.reason else ""
-                self.console.print(f"  [dim]{event.plan[:60]} → {event.verdict}{reason}[/dim]")
+                self.console.print(
+                    f"  [dim]{escape(event.plan[:60])} → {event.verdict}{escape(reason)}[/dim]"
+                )
         elif isinstance(event, ev.NewBest):
             self.best = event.speedup
             self.console.print(
-                f"  [green]new best {event.speedup:.2f}x[/green] ({event.plan[:70]}) "
+                f"  [green]new best {event.speedup:.2f}x[/green] ({escape(event.plan[:70])}) "
                 f"after {event.evaluations} evaluations"
             )
         elif isinstance(event, ev.Failed):
-            self.console.print(f"[red]failed:[/red] {event.reason}")
+            self.console.print(f"[red]failed:[/red] {escape(event.reason)}")
         if self.task is not None:
             done = self.candidates if self.max_evals else self.iteration
             self.progress.update(
