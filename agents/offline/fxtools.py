@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import copy
+import io
 import keyword
 import math
 import operator
@@ -55,6 +57,12 @@ def trace(program: Program) -> torch.fx.GraphModule:
         raise TraceError(f"fx cannot trace forward: {_located(error, filename, program)}") from None
     finally:
         module.train(training)
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and not _has_path(module, str(node.target)):
+            raise TraceError(
+                "forward computes a tensor outside traced ops (e.g. from a buffer), which fx "
+                "would freeze into a constant"
+            )
     if gm.code != eval_code:
         raise TraceError("forward depends on self.training, which fx would freeze to one branch")
     gm.train(training)
@@ -62,12 +70,20 @@ def trace(program: Program) -> torch.fx.GraphModule:
     return gm
 
 
+def _has_path(root: Any, target: str) -> bool:
+    for part in target.split("."):
+        if not hasattr(root, part):
+            return False
+        root = getattr(root, part)
+    return True
+
+
 def propagate(gm: torch.fx.GraphModule, inputs: list[Any]) -> None:
     """(Re)compute `node.meta["tensor_meta"]` for every node, e.g. after a rewrite."""
     gm.recompile()
     arguments = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    try:
-        with torch.no_grad():
+    try:  # ShapeProp prints the traceback of a failure itself; the message is enough
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
             ShapeProp(gm).propagate(*arguments)
     except Exception as error:
         raise TraceError(f"shape propagation failed: {_one_line(error)}") from None
@@ -86,9 +102,9 @@ def _located(error: BaseException, filename: str | None, program: Program) -> st
     if not frames:
         return message
     frame = frames[-1]
+    lines = program.source.splitlines()  # the text the module came from, not the disk's
     line = (frame.line or "").strip()
-    lines = program.source.splitlines()
-    if not line and frame.lineno and frame.lineno <= len(lines):
+    if frame.lineno and frame.lineno <= len(lines):
         line = lines[frame.lineno - 1].strip()
     return f"{message} (line {frame.lineno}: {line})" if line else message
 
@@ -218,6 +234,13 @@ def _substitute(value: Any, old: torch.fx.Node, new: Any) -> Any:
     return value
 
 
+_OPERATOR_WRITES = frozenset(
+    {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv}
+    | {operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul, operator.iand}
+    | {operator.ior, operator.ixor, operator.ilshift, operator.irshift}
+)
+
+
 def is_mutating(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Does the node write into a tensor in place (x.add_, inplace=True, out=, setitem)?"""
     if node.kwargs.get("inplace") is True or "out" in node.kwargs:
@@ -225,14 +248,32 @@ def is_mutating(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     if node.op == "call_method":
         return node.target.endswith("_") and not node.target.endswith("__")
     if node.op == "call_function":
+        if node.target in _OPERATOR_WRITES:
+            return True
         name = getattr(node.target, "__name__", "")
-        return node.target is operator.setitem or (name.endswith("_") and not name.endswith("__"))
+        operators = getattr(node.target, "__module__", "") in ("operator", "_operator")
+        return not operators and name.endswith("_") and not name.endswith("__")
     module = call_module(gm, node)
     return bool(getattr(module, "inplace", False))
 
 
 def mutates_anything(gm: torch.fx.GraphModule) -> bool:
-    return any(is_mutating(gm, node) for node in gm.graph.nodes)
+    """Does any in-place op write into a tensor that something else could see? Writing
+    into a fresh intermediate that nothing read before (conv -> ReLU(inplace=True)) is
+    harmless: rewrites only move reads later, never across such a write."""
+    order = {node: index for index, node in enumerate(gm.graph.nodes)}
+    return any(is_mutating(gm, node) and not _private_write(node, order) for node in gm.graph.nodes)
+
+
+def _private_write(node: torch.fx.Node, order: dict[torch.fx.Node, int]) -> bool:
+    target = node.args[0] if node.args else None
+    return (
+        "out" not in node.kwargs
+        and isinstance(target, torch.fx.Node)
+        and target.op in ("call_function", "call_method", "call_module")
+        and _view_source(target) is None
+        and all(order[user] >= order[node] for user in target.users)
+    )
 
 
 def has_effects(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
@@ -242,15 +283,20 @@ def has_effects(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     if node.op in ("placeholder", "output") or is_mutating(gm, node):
         return True
     name = op_name(node) or ""
-    if "dropout" in name or name.startswith(("rand", "bernoulli", "multinomial", "normal")):
-        return True
     module = call_module(gm, node)
+    if "dropout" in name:
+        args = arguments(node, ("input", "p", "training", "inplace")) or {}
+        return args.get("p", 0.5) != 0 and args.get("training", args.get("train")) is not False
+    if name.startswith(("rand", "bernoulli", "multinomial", "normal", "poisson")):
+        return True
     if module is None:
         return False
+    if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+        return module.p != 0
     return (
         not type(module).__module__.startswith("torch.nn.")
         or any(True for _ in module.buffers())
-        or isinstance(module, torch.nn.modules.dropout._DropoutNd | torch.nn.RReLU)
+        or isinstance(module, torch.nn.RReLU)
     )
 
 
@@ -270,9 +316,19 @@ def prune(gm: torch.fx.GraphModule) -> None:
 VIEW_OPS = frozenset(
     {"view", "reshape", "squeeze", "unsqueeze", "transpose", "permute", "t", "expand"}
     | {"flatten", "unflatten", "narrow", "select", "getitem", "contiguous", "view_as", "unbind"}
-    | {"swapaxes", "swapdims", "movedim", "split", "chunk", "detach", "to", "float", "T", "mT"}
+    | {"swapaxes", "swapdims", "movedim", "moveaxis", "split", "chunk", "tensor_split", "T"}
+    | {"mT", "detach", "to", "float", "double", "type", "type_as", "expand_as", "as_strided"}
+    | {"diagonal", "unfold", "data", "real", "view_as_real", "dropout", "alpha_dropout"}
+    | {"dropout1d", "dropout2d", "dropout3d", "feature_alpha_dropout", "feature_dropout"}
 )
-"""Ops whose result may share memory with their first argument."""
+"""Ops whose result may share memory with their first argument (a cast or dropout may
+return the input itself)."""
+_ALIASING_MODULES = (
+    torch.nn.Identity,
+    torch.nn.Flatten,
+    torch.nn.Unflatten,
+    torch.nn.modules.dropout._DropoutNd,
+)
 
 
 def _view_source(node: torch.fx.Node) -> Any:
@@ -281,9 +337,11 @@ def _view_source(node: torch.fx.Node) -> Any:
         name = node.args[1] if isinstance(node.args[1], str) else None
     if name in VIEW_OPS and node.args:
         return node.args[0]
-    if node.op == "call_module" and node.args:  # nn.Identity, nn.Dropout(p=0) alias
-        return node.args[0]
-    return None
+    owner = node.graph.owning_module
+    if node.op != "call_module" or not node.args or owner is None:
+        return None
+    module = owner.get_submodule(str(node.target))
+    return node.args[0] if isinstance(module, _ALIASING_MODULES) else None
 
 
 def alias_base(node: Any) -> Any:
@@ -310,10 +368,13 @@ def returned_as_view(node: torch.fx.Node) -> bool:
     return False
 
 
-def can_alias(node: torch.fx.Node, replacement: Any) -> bool:
+def can_alias(gm: torch.fx.GraphModule, node: torch.fx.Node, replacement: Any) -> bool:
     """May `node` (a fresh tensor) be replaced by `replacement`, which may share memory with
-    an input or a parameter? Not when the result is returned: the caller would get the
-    input itself. In-place ops are excluded graph-wide by the passes."""
+    other tensors? Not when something writes into the node in place (the write would land
+    in the shared tensor), nor when an input or parameter would be returned as the result
+    (the caller would get the input itself)."""
+    if any(is_mutating(gm, user) for user in node.users):
+        return False
     base = alias_base(replacement)
     shared = isinstance(base, torch.fx.Node) and base.op in ("placeholder", "get_attr")
     return not (shared and returned_as_view(node))
@@ -451,7 +512,7 @@ def emit(
     unchanged, `forward` generated from `gm.graph`. `methods` adds or replaces methods
     (name -> class-indented source), for SelfMethod targets."""
     try:
-        parts = src.class_parts(program.source, program.class_name)
+        parts = src.class_parts(_with_init(program.source, program.class_name), program.class_name)
     except src.SourceError as error:
         raise TraceError(f"cannot take the module apart: {error}") from None
     reserved = _module_names(program)
@@ -461,7 +522,30 @@ def emit(
     new_methods["forward"] = forward
     new_methods.update(methods or {})
     imports = tuple(line for name, line in _IMPORTS.items() if name in writer.used)
+    doc = " ".join(doc.replace("\\", "/").replace('"', "'").split())  # a safe docstring
     return src.build_module(parts, new_methods, doc=doc, imports=imports)
+
+
+def _with_init(source: str, class_name: str) -> str:
+    """The source with `def __init__(self): super().__init__()` added to a class that
+    inherits nn.Module's (the emitted class always spells its __init__ out)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or node.name != class_name:
+            continue
+        if any(isinstance(i, ast.FunctionDef) and i.name == "__init__" for i in node.body):
+            return source
+        lines = source.splitlines(keepends=True)
+        first = node.body[0].lineno - 1
+        if first <= node.lineno - 1:
+            return source  # a one-line class body: leave the error to class_parts
+        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        init = f"{indent}def __init__(self):\n{indent}    super().__init__()\n\n"
+        return "".join([*lines[:first], init, *lines[first:]])
+    return source
 
 
 def _module_names(program: Program) -> set[str]:

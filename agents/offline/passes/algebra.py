@@ -84,7 +84,7 @@ def _run(
         gm.graph.lint()
         fx.propagate(gm, program.inputs)  # the rewritten graph must still run
         doc = f"{name}: " + "; ".join(changes)
-        source = fx.emit(program, gm, doc=doc.replace('"""', "'''")[:300])
+        source = fx.emit(program, gm, doc=doc[:300])
     except _Decline as reason:
         return Rewrite(None, str(reason), method="fx")
     except Exception as error:  # a bug here must cost a rewrite, never the caller's run
@@ -118,12 +118,12 @@ def _size1_node(gm: torch.fx.GraphModule, node: Node, units: rules.UnitDims) -> 
         if found is None:
             return None
         x, dims, keepdim = found
-        if fx.tensor_dtype(x) != fx.tensor_dtype(node) or not fx.can_alias(node, x):
+        if fx.tensor_dtype(x) != fx.tensor_dtype(node) or not fx.can_alias(gm, node, x):
             return None
         fx.replace_uses(node, x if keepdim else _squeeze(build, x, dims))
         return f"{node.name}: {name} over size-1 dim {_dims_text(dims)} is the identity"
     if name in ("max", "min"):
-        return _unit_argreduction(build, node, name, units)
+        return _unit_argreduction(gm, build, node, name, units)
     if name in ("softmax", "log_softmax") or isinstance(
         fx.call_module(gm, node), nn.Softmax | nn.LogSoftmax
     ):
@@ -135,12 +135,12 @@ def _size1_node(gm: torch.fx.GraphModule, node: Node, units: rules.UnitDims) -> 
         if not args or set(args) - {"input", "dim"} or shape is None:
             return None
         dims = fx.dims_of(args.get("dim"), len(shape))
-        if dims is None or not set(dims) <= units(x) or not fx.can_alias(node, x):
+        if dims is None or not set(dims) <= units(x) or not fx.can_alias(gm, node, x):
             return None
         fx.replace_uses(node, x)
         return f"{node.name}: {name} over size-1 dim {dims[0]} is the identity"
     x = rules.identity_pool(gm, node, units)
-    if x is not None and fx.can_alias(node, x):
+    if x is not None and fx.can_alias(gm, node, x):
         fx.replace_uses(node, x)
         return f"{node.name}: pooling with size-1 windows is the identity"
     return None
@@ -155,7 +155,7 @@ def _dims_text(dims: tuple[int, ...]) -> str:
 
 
 def _unit_argreduction(
-    build: fx.Builder, node: Node, name: str, units: rules.UnitDims
+    gm: torch.fx.GraphModule, build: fx.Builder, node: Node, name: str, units: rules.UnitDims
 ) -> str | None:
     """torch.max/min(x, dim) over a size-1 dim: values are x, indices are zeros."""
     found = rules.unit_reduction(node, units)
@@ -163,7 +163,7 @@ def _unit_argreduction(
         return None
     x, dims, keepdim = found
     parts = [rules.tuple_part(user) for user in node.users]
-    if any(part is None for part in parts) or not fx.can_alias(node, x):
+    if any(part is None for part in parts) or not fx.can_alias(gm, node, x):
         return None
     values = x if keepdim else _squeeze(build, x, dims)
     indices: Node | None = None
@@ -255,7 +255,8 @@ def _reduce_before_linear(gm: torch.fx.GraphModule, node: Node) -> tuple[Node, s
         size = build.method("size", weight, 0)
         reduced = build.method(reduction, weight, 0, keepdim=True)
         if linear.kind == "addmm":
-            out = build.call(torch.addmm, bias, linear.x, build.method("t", reduced))
+            mat2 = build.method("t", reduced)
+            out = build.call(torch.addmm, bias, linear.x, mat2, **linear.scales)
         else:
             out = build.call(F.linear, linear.x, reduced, *(() if bias is None else (bias,)))
     else:  # (in, out) -> (in, 1)
@@ -263,7 +264,7 @@ def _reduce_before_linear(gm: torch.fx.GraphModule, node: Node) -> tuple[Node, s
         size = build.method("size", matrix, -1)
         reduced = build.method(reduction, matrix, -1, keepdim=True)
         if linear.kind == "addmm":
-            out = build.call(torch.addmm, bias, linear.x, reduced)
+            out = build.call(torch.addmm, bias, linear.x, reduced, **linear.scales)
         else:
             out = build.call(torch.matmul, linear.x, reduced)
     for step in reversed(chain):
@@ -387,7 +388,7 @@ def _identities(gm: torch.fx.GraphModule, program: Program) -> list[str]:
             if hit is None:
                 continue
             replacement, what, fresh = hit
-            if fresh and not fx.can_alias(node, replacement):
+            if fresh and not fx.can_alias(gm, node, replacement):
                 continue  # returning the input itself would alias the caller's tensor
             fx.replace_uses(node, replacement)
             changes.append(f"{node.name}: {what}")

@@ -91,8 +91,11 @@ class UnitDims:
             return self(first)
         if name in _BINARY:
             return self._broadcast(node, rank)
-        if name == "unsqueeze" and isinstance(node.args[-1], int):
-            d = node.args[-1] % rank
+        if name == "unsqueeze":
+            dim = (fx.arguments(node) or {}).get("dim")
+            if not isinstance(dim, int) or isinstance(dim, bool):
+                return frozenset()
+            d = dim % rank
             return frozenset({u + (u >= d) for u in self(first)} | {d})
         if name in ("view", "reshape"):
             sizes = node.args[1:]
@@ -350,7 +353,8 @@ def _transposed(node: Any) -> Node | None:
 
 @dataclass
 class LinearMap:
-    """y = x W^T + b ("linear"), x M ("matmul") or b + x M ("addmm"); W or M is known."""
+    """y = x W^T + b ("linear"), x M ("matmul") or beta b + alpha x M ("addmm"); W or M
+    is known."""
 
     kind: str
     x: Node
@@ -358,12 +362,16 @@ class LinearMap:
     matrix: Node | None  # (in, out)
     bias: Node | str | None
     label: str
+    scales: dict[str, Any] = field(default_factory=dict)  # addmm's beta and alpha
 
     def resolve(self, build: fx.Builder) -> tuple[Node | None, Node | None]:
         return _ref(build, self.weight), self.matrix
 
     def resolve_bias(self, build: fx.Builder) -> Node | None:
         return _ref(build, self.bias)
+
+
+_ADDMM_ARGS = frozenset({"input", "mat1", "mat2", "beta", "alpha"})
 
 
 def linear_map(gm: torch.fx.GraphModule, node: Node) -> LinearMap | None:
@@ -386,9 +394,12 @@ def linear_map(gm: torch.fx.GraphModule, node: Node) -> LinearMap | None:
         return None
     if name in ("matmul", "mm") and set(args) == {"input", "other"}:
         x, matrix, bias, kind = args["input"], args["other"], None, "matmul"
-    elif name == "addmm" and set(args) == {"input", "mat1", "mat2"}:
+    elif name == "addmm" and {"input", "mat1", "mat2"} <= set(args) <= _ADDMM_ARGS:
         x, matrix, bias, kind = args["mat1"], args["mat2"], args["input"], "addmm"
     else:
+        return None
+    scales = {k: args[k] for k in ("beta", "alpha") if k in args}
+    if not all(fx.is_scalar(v) for v in scales.values()):
         return None
     if not isinstance(x, Node) or not fx.tensor_shape(x) or len(fx.tensor_shape(matrix) or ()) != 2:
         return None
@@ -396,8 +407,9 @@ def linear_map(gm: torch.fx.GraphModule, node: Node) -> LinearMap | None:
         return None
     weight = _transposed(matrix)
     if weight is not None:
-        return LinearMap("linear" if kind == "matmul" else kind, x, weight, None, bias, name)
-    return LinearMap(kind, x, None, matrix, bias, name)
+        kind = "linear" if kind == "matmul" else kind
+        return LinearMap(kind, x, weight, None, bias, name, scales)
+    return LinearMap(kind, x, None, matrix, bias, name, scales)
 
 
 @dataclass
