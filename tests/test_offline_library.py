@@ -103,6 +103,13 @@ def test_bench_attention_block_keeps_the_default_scale() -> None:
     assert "softmax" not in forward and "sqrt" not in forward
 
 
+def test_bench_swish() -> None:
+    text, path = bench("07_swish")
+    result = rewrite(text, path)
+    assert result.changes == ["line 17: hand-written swish x * sigmoid(x) → F.silu"]
+    assert "F.silu(x)" in verified(text, result, path=path)
+
+
 def test_bench_gelu_problems_already_use_the_library() -> None:
     for name in ("08_gelu", "10_gemm_gelu"):
         result = rewrite(*bench(name))

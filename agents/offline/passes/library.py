@@ -3,7 +3,8 @@ softmax, log-softmax and logsumexp, layer and RMS norm, GELU and swish, attentio
 bias. One fused kernel reads the activation once where the hand-written chain reads and
 writes it once per op, and the library versions are at least as accurate.
 
-The rewrite runs on the fx graph (library_rules); a forward that fx cannot trace gets the
+The rewrite runs on the fx graph (rules in library_rules, library_activations and
+library_matmul, graph reading in library_match); a forward that fx cannot trace gets the
 source-level fallback (library_source), which handles attention and softmax.
 """
 
@@ -22,10 +23,10 @@ from agents.offline.passes.base import Program, Rewrite
 from agents.offline.passes.library_match import Graph, Node, users_inside
 from agents.offline.passes.library_rules import RULES, Match
 
-_MAX_REWRITES = 64
+_MAX_ROUNDS = 4
 NOTHING = (
-    "no hand-written softmax, log-softmax, logsumexp, layer/RMS norm, GELU, swish, attention "
-    "or matmul + bias whose intermediates are used only inside it"
+    "no hand-written softmax, log-softmax, logsumexp, layer/RMS norm, GELU, swish, mish, "
+    "hardswish, attention or matmul + bias whose intermediates are used only inside it"
 )
 
 
@@ -76,41 +77,58 @@ class _Site:
 
 
 def _substitute(gm: torch.fx.GraphModule, program: Program) -> tuple[list[str], list[str]]:
-    """Rewrite to a fixpoint; one change line per final site, and the near misses."""
-    lines = _source_lines(program, gm)
+    """Apply the rules in order, each over the whole graph, in rounds until nothing changes;
+    one change line per final site, and the near misses."""
     graph = Graph(gm)
-    sites: dict[Node, _Site] = {}
-    for _ in range(_MAX_REWRITES):
-        match = _first_match(graph)
-        if match is None:
+    rewriter = _Rewriter(graph, program)
+    for _ in range(_MAX_ROUNDS):
+        changed = False
+        for rule in RULES:
+            for node in list(gm.graph.nodes):
+                if node not in rewriter.alive or node.op not in _CALLS:
+                    continue
+                match = rule(graph, node)
+                if match is not None and _removable(graph, match):
+                    rewriter.apply(match)
+                    changed = True
+        if not changed:
             break
+    sites = sorted(rewriter.sites.values(), key=lambda s: (min(s.lines, default=0), s.name))
+    return [site.describe() for site in sites], list(dict.fromkeys(graph.notes))
+
+
+_CALLS = ("call_function", "call_method", "call_module")
+
+
+class _Rewriter:
+    """Applies matches and keeps track of the sites they belong to."""
+
+    def __init__(self, graph: Graph, program: Program):
+        self.graph = graph
+        self.program = program
+        self.sites: dict[Node, _Site] = {}
+        self.alive: set[Node] = set(graph.gm.graph.nodes)
+        self.lines: dict[Node, int] | None = None  # traced again only once something matches
+
+    def apply(self, match: Match) -> None:
+        gm = self.graph.gm
+        if self.lines is None:
+            self.lines = _source_lines(self.program, gm)
         with gm.graph.inserting_before(match.root):
             new = match.build(fx.Builder(gm.graph))
+        new.meta["tensor_meta"] = match.root.meta.get("tensor_meta")  # same shape and dtype
         fx.replace_uses(match.root, new)
-        previous = sites.get(match.root)
-        merged = [sites.pop(node) for node in match.inner if node in sites]
+        previous = self.sites.get(match.root)
+        merged = [self.sites.pop(node) for node in match.inner if node in self.sites]
         site = _Site(what=match.what, target=match.target, name=match.root.name)
         if match.refines and previous is not None:
             site.what, site.target = previous.what, previous.target
         for old in merged:
             site.lines |= old.lines
-        site.lines |= {lines[node] for node in match.inner if node in lines}
-        sites[new] = site
+        site.lines |= {self.lines[node] for node in match.inner if node in self.lines}
+        self.sites[new] = site
         fx.prune(gm)
-        fx.propagate(gm, program.inputs)
-    ordered = sorted(sites.values(), key=lambda s: (min(s.lines, default=0), s.name))
-    return [site.describe() for site in ordered], list(dict.fromkeys(graph.notes))
-
-
-def _first_match(graph: Graph) -> Match | None:
-    for rule in RULES:
-        for node in graph.gm.graph.nodes:
-            if node.op not in ("call_function", "call_method", "call_module"):
-                continue
-            match = rule(graph, node)
-            if match is not None and _removable(graph, match):
-                return match
-    return None
+        self.alive = set(gm.graph.nodes)
 
 
 def _removable(graph: Graph, match: Match) -> bool:

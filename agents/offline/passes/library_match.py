@@ -1,7 +1,8 @@
 """Reading fx graphs for the library-substitution rules: one op name and named arguments
 whatever the spelling (`x.exp()`, `torch.exp(x)`, `nn.Sigmoid()`), structural equality of two
-subgraphs (hand-written code often computes `x - mean` twice), and the little algebra that
-hand-written formulas are matched by (flattened products, polynomials in one tensor).
+subgraphs (hand-written code often computes `x - mean` twice), the little algebra that
+hand-written formulas are matched by (flattened products, polynomials in one tensor), and the
+`Match` every rule returns.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -363,5 +365,38 @@ def sizes_equal(a: Any, b: Any) -> bool:
     return shape_a is not None and shape_a == shape_b
 
 
-def dtype_of(value: Any) -> torch.dtype | None:
-    return fx.tensor_dtype(value)
+# -- what the rules return -------------------------------------------------------------------
+
+
+@dataclass
+class Match:
+    """A found pattern: the driver checks `inner` is used only inside it, then builds."""
+
+    root: Node
+    inner: set[Node]  # nodes that die with the rewrite (root included)
+    what: str  # "softmax over dim 1"
+    target: str  # "torch.softmax"
+    build: Callable[[fx.Builder], Any]  # adds the replacement before root
+    refines: bool = False  # the site keeps the description it already had
+
+
+Rule = Callable[[Graph, Node], Match | None]
+
+
+def same_type(x: Any, root: Node) -> bool:
+    """x is a float tensor and the pattern's result has its shape and dtype."""
+    return floating(x) and sizes_equal(root, x) and fx.tensor_dtype(root) == fx.tensor_dtype(x)
+
+
+def one_dim(dim: Any) -> Any:
+    return dim[0] if isinstance(dim, list | tuple) and len(dim) == 1 else dim
+
+
+def softmax_call(g: Graph, node: Any) -> tuple[Any, int] | None:
+    """(input, dim) of a softmax/log_softmax without a dtype cast."""
+    args = g.args(node, "input", "dim", "_stacklevel", "dtype")
+    if not args or args.get("dtype") is not None or not isinstance(args.get("dim"), int):
+        return None
+    if not isinstance(args.get("_stacklevel", 3), int):  # torch.softmax(x, d, dtype)
+        return None
+    return args["input"], args["dim"]
