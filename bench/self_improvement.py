@@ -2,7 +2,7 @@
 with a cold (empty) memory, then with the memory the first pass left behind, and report the
 evaluations each needed to reach its best speedup.
 
-    python bench/self_improvement.py [bench/problems] [--limit N] [--out results.json]
+    python bench/self_improvement.py [bench/problems] [--start S] [--limit N] [--out results.json]
 
 Uses the offline backend (the only one that runs without an endpoint here); `--llm` and
 `--base-url` pick another. Speeds are the search's own confirmed figures.
@@ -104,6 +104,7 @@ def run_pass(paths, memory_path: Path, args, options) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default="bench/problems")
+    parser.add_argument("--start", type=int, default=0, help="skip the first N problems")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--llm", default="offline", choices=("offline", "anthropic", "openai"))
     parser.add_argument("--model", default=None)
@@ -113,7 +114,7 @@ def main() -> int:
     parser.add_argument("--max-evals", type=int, default=40)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    paths = discover(Path(args.path))[: args.limit]
+    paths = discover(Path(args.path))[args.start :][: args.limit]
     options = EvalOptions(threads=args.threads, timing_budget_s=args.timing_budget)
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:

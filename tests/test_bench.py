@@ -201,3 +201,39 @@ def test_parts_from_different_machines_do_not_merge(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "cannot merge" in done.stderr
+
+
+def test_parts_of_a_split_optimize_run_merge_into_one_table(tmp_path):
+    from agents.bench.optimize import OptimizeReport, OptimizeRow
+
+    paths = []
+    for name, row in (
+        ("a", OptimizeRow("p1", "p1.py", "correct", 2.0, 1.0, 1.0, 2.0, "correct", 2.0)),
+        ("b", OptimizeRow("p2", "p2.py", "no_improvement", 1.0, 2.0, None, 0.5, "correct")),
+    ):
+        report = OptimizeReport(
+            "2026-12-02 10:00 UTC", "H200", "cuda", "gpu", f"kb --optimize {name}", "fresh"
+        )
+        report.rows.append(row)
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(report.to_json()))
+    done = subprocess.run(
+        [*KERNEL_AGENT, "bench", "--from-json", *map(str, paths), "--markdown"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| p1 |" in done.stdout and "| p2 |" in done.stdout
+    assert "kb --optimize a && kb --optimize b" in done.stdout
+    # Mixed kinds (an optimize report with a plain bench report) are refused in one line.
+    plain = _saved(tmp_path, "c", "H200", [_row("p3", "correct", True, 2.0)])
+    done = subprocess.run(
+        [*KERNEL_AGENT, "bench", "--from-json", str(paths[0]), str(plain)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr

@@ -108,3 +108,24 @@ def test_the_offline_summary_states_the_measurement():
     assert "2.50x" in good.lesson and "Fold" in good.title
     bad = asyncio.run(summarizer.summarize("s", "f", 1.5, "Compile [torch-compile]", True))
     assert "slower" in bad.lesson and "do not" in bad.lesson
+
+
+def test_without_a_profile_every_offline_pass_is_planned_rewrites_before_compilers():
+    planner = OfflinePlanner(None, "cpu")
+    forbidden = [SkillBrief("torch-channels-last", "NHWC", offline_pass="channels-last")]
+    ungated = context(allowed_skills=[], forbidden_skills=forbidden, gated=False)
+    methods = []
+    for slot in range(20):
+        ungated.seed = slot
+        plan = asyncio.run(planner.plan(ungated))
+        if plan is None:
+            break
+        methods.append(plan.method)
+    assert "algebraic-simplification" in methods and "torch-compile" in methods
+    assert "channels-last" not in methods  # the gate's "forbidden" still holds
+    assert "cuda-graphs" not in methods  # a CUDA-only pass, on the CPU
+    first_compiler = min(methods.index(m) for m in ("torch-compile", "cpp-elementwise"))
+    assert all(m not in ("torch-compile", "cpp-elementwise") for m in methods[:first_compiler])
+    assert first_compiler >= 3
+    # With a profile, the gate's word is final: nothing it did not allow is planned.
+    assert plans(planner, context(allowed_skills=[], gated=True)) == []

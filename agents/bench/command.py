@@ -121,11 +121,33 @@ def _print(report: BenchReport, args: argparse.Namespace, console: Console) -> N
 
 
 def _render_saved(args: argparse.Namespace) -> int:
-    parts = []
+    from agents.bench.optimize import OptimizeReport, merge_optimize_reports
+    from agents.bench.optimize_render import optimize_markdown, render_optimize
+
+    saved = []
     for path in args.from_json:
         try:
-            parts.append(BenchReport.from_json(json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError, KeyError) as error:
+            saved.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as error:
+            raise EvalError(f"{path}: not a bench report ({error})") from None
+    optimize_kinds = {"memory" in data for data in saved if isinstance(data, dict)}
+    if optimize_kinds == {True}:
+        try:
+            merged = merge_optimize_reports([OptimizeReport.from_json(d) for d in saved])
+        except (ValueError, TypeError, KeyError) as error:
+            raise EvalError(f"--from-json: not --optimize reports of one setup ({error})") from None
+        if args.json:
+            print(json.dumps(merged.to_json(), indent=2))
+        elif args.markdown:
+            print(optimize_markdown(merged))
+        else:
+            render_optimize(merged, Console())
+        return 0
+    parts = []
+    for path, data in zip(args.from_json, saved, strict=True):
+        try:
+            parts.append(BenchReport.from_json(data))
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
             raise EvalError(f"{path}: not a bench report ({error})") from None
     try:
         report = merge_reports(parts)

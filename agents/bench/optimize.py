@@ -102,6 +102,32 @@ class OptimizeReport:
         return cls(**fields, rows=[OptimizeRow(**row) for row in data.get("rows", [])])
 
 
+def merge_optimize_reports(parts: list[OptimizeReport]) -> OptimizeReport:
+    """One report from runs split over several calls (the device tool's 10-minute limit).
+    They must share machine, device and size; a problem measured twice keeps its last row."""
+    if not parts:
+        raise ValueError("no reports")
+    first = parts[0]
+    for part in parts[1:]:
+        for key in ("machine", "device", "size"):
+            if getattr(part, key) != getattr(first, key):
+                raise ValueError(f"{key} differs: {getattr(first, key)} vs {getattr(part, key)}")
+    rows: dict[str, OptimizeRow] = {}
+    for part in parts:
+        rows.update((row.problem, row) for row in part.rows)
+    commands = list(dict.fromkeys(p.command for p in parts))
+    return OptimizeReport(
+        date=first.date,
+        machine=first.machine,
+        device=first.device,
+        size=first.size,
+        command=" && ".join(commands),
+        memory=first.memory,
+        rows=sorted(rows.values(), key=lambda row: row.problem),
+        total_s=sum(p.total_s for p in parts),
+    )
+
+
 @dataclass(frozen=True)
 class OptimizeBenchOptions:
     eval: EvalOptions

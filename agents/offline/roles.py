@@ -67,7 +67,7 @@ class OfflinePlanner:
             return []
         avoided = "\n".join(context.avoid_plans)
         seen: dict[str, RankedPass] = {}
-        for rank, skill in enumerate(context.allowed_skills):
+        for rank, skill in enumerate(_candidate_skills(context)):
             name = skill.offline_pass
             if not name or name not in PASSES or name in seen:
                 continue
@@ -95,6 +95,31 @@ class OfflinePlanner:
         if not count:
             return None, 0
         return math.exp(total / weight), count
+
+
+def _candidate_skills(context: PlanningContext) -> list[SkillBrief]:
+    """The gate's allowed skills; without a profile (the gate saw only the source) every
+    skill with an offline pass that the gate did not forbid follows them, in library order,
+    since each rewrite is still verified and timed."""
+    if context.gated:
+        return list(context.allowed_skills)
+    from memory.skills_library import load_skills
+
+    listed = {s.id for s in context.allowed_skills} | {s.id for s in context.forbidden_skills}
+    extra = [
+        SkillBrief(
+            id=skill.id,
+            title=skill.title,
+            strategy=skill.strategy,
+            pitfalls=tuple(skill.pitfalls),
+            why="not gated: no profile",
+            offline_pass=skill.offline_pass,
+        )
+        for skill in load_skills()
+        if skill.offline_pass and skill.id not in listed
+    ]
+    extra.sort(key=lambda brief: brief.offline_pass in TERMINAL)  # rewrites before compilers
+    return [*context.allowed_skills, *extra]
 
 
 def _order(ranked: RankedPass) -> tuple[float, int]:

@@ -52,6 +52,7 @@ class PlanningContext:
     applied_methods: list[str] = field(default_factory=list)  # methods on this lineage
     seed: int = 0  # the plan's slot among the N for this kernel: diversity and determinism
     signature: Any = None  # memory.experiences.TaskSignature of the task, for memory lookups
+    gated: bool = True  # False when there was no profile, so the gate saw only the source
 
 
 @dataclass

@@ -176,6 +176,7 @@ class Search:
         self.task_id = task_id_for(reference.text, options.device)
         self.signature = TaskSignature(device_name=options.device)
         self.allowed: list[SkillBrief] = []
+        self.root_profiled = False
         self.forbidden: list[SkillBrief] = []
         self._stop_reason = ""
         self._branch_samples: dict[int, list[_Sample]] = {}
@@ -219,12 +220,19 @@ class Search:
         except Exception:  # a broken progress display must not end the search
             log.exception("event handler failed on %s", event.kind)
 
+    @property
+    def reference_profile(self) -> Profile | None:
+        """The reference's profile once `run` has taken it (the editor's diagnostics use it);
+        None when profiling is off or failed."""
+        return self._profiles.get(source_hash(self.reference.text))
+
     # -- set-up ------------------------------------------------------------------------------
 
     async def _prepare(self, root: Node) -> None:
         root.profile = await self._profile(root.source, is_reference=True)
         result = gate(root.profile, self.reference.text, device=self.options.device)
         self.allowed, self.forbidden = skill_briefs(result)
+        self.root_profiled = root.profile is not None
         self.signature = signature_for(root.profile, result, self.options.device)
         if root.profile is not None:
             self.device_name = root.profile.ceilings.name or self.options.device
@@ -345,6 +353,7 @@ class Search:
             applied_methods=list(parent.methods),
             seed=seed,
             signature=self.signature,
+            gated=self.root_profiled,
         )
 
     async def _plan_all(self, state: _State) -> list[tuple[Plan, Node]]:

@@ -1,0 +1,75 @@
+"""`kernel-agent optimize` with the embedded offline backend, end to end as a subprocess:
+no LLM, real passes, the real reviewer, a real memory file."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+PROBLEM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
+
+
+def optimize(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agents", "optimize", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.slow
+def test_offline_optimize_returns_a_verified_faster_kernel(tmp_path):
+    out = tmp_path / "optimized.py"
+    memory = tmp_path / "memory.sqlite3"
+    trajectory = tmp_path / "trajectory.json"
+    done = optimize(
+        str(PROBLEM),
+        "--json",
+        "--threads",
+        "1",
+        "--timing-budget",
+        "0.3",
+        "--max-evals",
+        "6",
+        "--iters",
+        "1",
+        "--no-profile",
+        "--output",
+        str(out),
+        "--memory",
+        str(memory),
+        "--trajectory",
+        str(trajectory),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["improved"] is True and report["verdict"] == "correct", report
+    assert report["speedup"] > 1.0
+    assert report["tokens"] == 0 and report["cost_usd"] == 0
+    assert report["output"] == str(out)
+    source = out.read_text()
+    # The sum over the GEMM's output moved ahead of it: the weight is summed, not multiplied.
+    assert "class ModelNew" in source and ".sum(" in source
+    # The user's file is untouched, and what worked went into memory as an experience.
+    assert "class Model(" in PROBLEM.read_text()
+    with sqlite3.connect(memory) as db:
+        assert db.execute("select count(*) from experiences").fetchone()[0] >= 1
+    points = json.loads(trajectory.read_text())
+    assert points and isinstance(points, (list, dict))
+
+
+def test_offline_optimize_refuses_a_file_without_model(tmp_path):
+    bad = tmp_path / "not_a_problem.py"
+    bad.write_text("x = 1\n")
+    done = optimize(str(bad), "--json", "--no-profile", timeout=120)
+    assert done.returncode in (1, 2)
+    message = done.stderr.strip().splitlines()[-1]
+    assert "Model" in message and "Traceback" not in done.stderr
