@@ -12,6 +12,8 @@ import difflib
 import json
 import signal
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -19,11 +21,12 @@ from rich.markup import escape
 
 from agents.evaluate import DEVICES, EvalError, EvalOptions
 from agents.llm.accounting import CostMeter
-from agents.llm.base import LLMError, MissingAPIKeyError
+from agents.llm.base import ChatModel, LLMError, MissingAPIKeyError
 from agents.llm.config import LLMConfig, load_settings
 from agents.roles.factory import BACKENDS, OfflineSetup, RoleSetupError, build_roles
 from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
 from agents.search.budget import Budget, CancelToken
+from agents.search.events import SearchEvent
 from agents.search.progress import ProgressView
 from agents.search.result import SearchResult, plot_trajectory
 from agents.task import SIZES, SourceFile, TaskLoadError, outline_problem
@@ -120,73 +123,14 @@ def _run(args: argparse.Namespace) -> int:
         outline_problem(reference)
     except TaskLoadError as error:
         raise OptimizeUsageError(str(error)) from None
-    offline = (args.llm or _config_backend(args.config)) == "offline"
-    defaults = OFFLINE_DEFAULTS if offline else LLM_DEFAULTS
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    try:
-        config = SearchConfig(
-            beam=args.beam,
-            plans=args.plans,
-            samples=args.samples,
-            iterations=args.iters,
-            patience=args.patience,
-            repairs=args.repairs,
-            parallel_evals=args.parallel_evals,
-            profile=not args.no_profile,
-            seed=args.seed,
-        )
-        budget = Budget(
-            max_evals=args.max_evals,
-            max_tokens=args.max_tokens,
-            max_cost_usd=args.max_cost,
-            max_wall_s=args.max_time,
-        )
-    except ValueError as error:
-        raise OptimizeUsageError(str(error)) from None
-    if args.timing_budget <= 0:
-        raise OptimizeUsageError("--timing-budget must be positive")
-    options = EvalOptions(
-        device=args.device,
-        size=args.size,
-        threads=args.threads,
-        timing_budget_s=args.timing_budget,
-        jail=not args.no_jail,
-    )
-    meter = CostMeter()
-    cancel = CancelToken()
-    store = None if args.no_memory else MemoryStore(args.memory)
-    memory = (
-        SearchMemory()
-        if store is None
-        else SearchMemory(experiences=ExperienceStore(store), logbook=Logbook(store))
-    )
-    roles, models = build_roles(
-        args.llm,
-        meter,
-        model=args.model,
-        base_url=args.base_url,
-        config_path=args.config,
-        device=args.device,
-        offline=OfflineSetup(reference, options, memory.experiences, cancel.event),
-    )
+    apply_search_defaults(args)
     err = Console(stderr=True, quiet=args.quiet)
+    view = ProgressView(err, args.iters, args.max_evals)
+    cancel = CancelToken()
+    setup = build_search(args, reference, on_event=view, cancel=cancel, task_name=path.stem)
+    search, models, store = setup.search, setup.models, setup.store
     if store is not None and store.recovered_from:
         err.print(f"[yellow]memory:[/yellow] {store.recovered_from}")
-    view = ProgressView(err, args.iters, args.max_evals)
-    search = Search(
-        reference,
-        roles,
-        meter,
-        options=options,
-        config=config,
-        budget=budget,
-        memory=memory,
-        on_event=view,
-        cancel=cancel,
-        task_name=path.stem,
-    )
     previous = signal.getsignal(signal.SIGINT)
 
     def interrupt(signum, frame) -> None:
@@ -222,6 +166,107 @@ def _run(args: argparse.Namespace) -> int:
         _report(result, output, reference, Console())
     failed = not result.improved and result.evaluations == 0 and "failed" in result.stopped_because
     return EXIT_FAILED if failed else EXIT_DONE
+
+
+def optimize_defaults(file: str) -> argparse.Namespace:
+    """The `optimize` command's arguments for FILE with every default, for callers other
+    than the command line (the language server's worker) that must search alike."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_optimize_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["optimize", file])
+
+
+def apply_search_defaults(args: argparse.Namespace) -> None:
+    """Fill the search shape (beam, plans, ...) the user left out: LLM or offline defaults."""
+    offline = (args.llm or _config_backend(args.config)) == "offline"
+    defaults = OFFLINE_DEFAULTS if offline else LLM_DEFAULTS
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
+@dataclass
+class SearchSetup:
+    """A search ready to run, the chat models to close and the memory store to close."""
+
+    search: Search
+    models: list[ChatModel]
+    store: MemoryStore | None
+
+
+def build_search(
+    args: argparse.Namespace,
+    reference: SourceFile,
+    *,
+    on_event: Callable[[SearchEvent], None] | None,
+    cancel: CancelToken,
+    task_name: str,
+) -> SearchSetup:
+    """The Search that `optimize` runs, from its arguments (after `apply_search_defaults`).
+    Raises OptimizeUsageError, RoleSetupError, MissingAPIKeyError or MemoryStoreError."""
+    try:
+        config = SearchConfig(
+            beam=args.beam,
+            plans=args.plans,
+            samples=args.samples,
+            iterations=args.iters,
+            patience=args.patience,
+            repairs=args.repairs,
+            parallel_evals=args.parallel_evals,
+            profile=not args.no_profile,
+            seed=args.seed,
+        )
+        budget = Budget(
+            max_evals=args.max_evals,
+            max_tokens=args.max_tokens,
+            max_cost_usd=args.max_cost,
+            max_wall_s=args.max_time,
+        )
+    except ValueError as error:
+        raise OptimizeUsageError(str(error)) from None
+    if args.timing_budget <= 0:
+        raise OptimizeUsageError("--timing-budget must be positive")
+    options = EvalOptions(
+        device=args.device,
+        size=args.size,
+        threads=args.threads,
+        timing_budget_s=args.timing_budget,
+        jail=not args.no_jail,
+    )
+    meter = CostMeter()
+    store = None if args.no_memory else MemoryStore(args.memory)
+    memory = (
+        SearchMemory()
+        if store is None
+        else SearchMemory(experiences=ExperienceStore(store), logbook=Logbook(store))
+    )
+    try:
+        roles, models = build_roles(
+            args.llm,
+            meter,
+            model=args.model,
+            base_url=args.base_url,
+            config_path=args.config,
+            device=args.device,
+            offline=OfflineSetup(reference, options, memory.experiences, cancel.event),
+        )
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
+    search = Search(
+        reference,
+        roles,
+        meter,
+        options=options,
+        config=config,
+        budget=budget,
+        memory=memory,
+        on_event=on_event,
+        cancel=cancel,
+        task_name=task_name,
+    )
+    return SearchSetup(search, models, store)
 
 
 async def _search(search: Search, models) -> SearchResult:

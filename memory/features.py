@@ -187,6 +187,9 @@ def _is_gemm(event: Event) -> bool:
 
 
 def _forward_bodies(root: Node) -> list[Node]:
+    """Each forward's body, and the bodies of the module-level functions they call (by
+    name, transitively): a forward that only calls the user's function (the language
+    server's wrapper around a function target) has its work there."""
     bodies = []
     for node in _walk(root):
         if node.type == "function_definition":
@@ -195,6 +198,21 @@ def _forward_bodies(root: Node) -> list[Node]:
                 body = node.child_by_field_name("body")
                 if body is not None:
                     bodies.append(body)
+    helpers = {
+        _text(node.child_by_field_name("name")): node.child_by_field_name("body")
+        for node in root.named_children
+        if node.type == "function_definition"  # decorated ones (Triton kernels) excluded
+    }
+    todo = list(bodies)
+    while todo:
+        for node in _walk(todo.pop()):
+            function = node.child_by_field_name("function") if node.type == "call" else None
+            if function is None or function.type != "identifier":
+                continue
+            body = helpers.pop(_text(function), None)
+            if body is not None:
+                bodies.append(body)
+                todo.append(body)
     return bodies
 
 

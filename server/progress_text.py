@@ -1,0 +1,86 @@
+"""Percent and one-line message from a search's events, for the editor's progress bar.
+
+The search stops at whichever comes first: its iterations, its evaluation budget, its time
+budget or its patience. So the percent is the furthest of the three measurable fractions
+(patience cannot be foreseen: a search that stops early jumps to 100 when it ends). It never
+goes back, and stays below 100 until the job has its result.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ProgressTracker:
+    iterations: int
+    max_evals: int | None = None
+    max_time_s: float | None = None
+    samples: int = 1
+    started: float = field(default_factory=time.monotonic)
+    percent: int = 0
+    message: str = "starting"
+    iteration: int = 0
+    best: float = 1.0
+    candidates: int = 0
+    evaluations: int = 0
+    _planned: int = 0  # plans made in the current iteration
+    _sampled: int = 0  # first attempts judged in the current iteration
+
+    def observe(self, event: dict[str, Any]) -> bool:
+        """Take one search event (its `to_json()`); True when percent or message changed."""
+        before = (self.percent, self.message)
+        kind = event.get("kind")
+        if kind == "started":
+            self.iterations = int(event.get("iterations") or self.iterations)
+            self.samples = max(1, int(event.get("samples") or 1))
+            self.message = "profiling the reference"
+        elif kind == "profiled":
+            self.message = "planning"
+        elif kind == "iteration":
+            self.iteration = int(event["iteration"])
+            self.iterations = int(event.get("iterations") or self.iterations)
+            self.best = max(self.best, float(event.get("best_speedup") or 1.0))
+            self.evaluations = max(self.evaluations, int(event.get("evaluations") or 0))
+            self._planned = self._sampled = 0
+        elif kind == "plan":
+            self._planned += 1
+        elif kind == "candidate":
+            self.evaluations = max(self.evaluations, int(event.get("evaluations") or 0))
+            if event.get("verdict") != "duplicate":
+                self.candidates += 1
+            if not event.get("repair"):
+                self._sampled += 1
+        elif kind == "new_best":
+            self.best = max(self.best, float(event["speedup"]))
+        elif kind == "finished":
+            self.best = float(event.get("speedup") or self.best)
+            self.evaluations = max(self.evaluations, int(event.get("evaluations") or 0))
+        if kind in ("iteration", "plan", "candidate", "new_best"):
+            self.message = self.status()
+        elif kind == "finished":
+            self.message = f"finished · {self.status()}"
+        self.percent = max(self.percent, min(99, int(100 * self.fraction())))
+        return (self.percent, self.message) != before
+
+    def status(self) -> str:
+        return (
+            f"iteration {self.iteration}/{self.iterations} · best {self.best:.2f}x · "
+            f"{self.candidates} candidates"
+        )
+
+    def fraction(self) -> float:
+        """The furthest of: iterations done (with the current one's judged share), evaluation
+        budget spent, time budget spent."""
+        parts = [0.0]
+        if self.iterations and self.iteration:
+            expected = self._planned * self.samples
+            within = min(1.0, self._sampled / expected) if expected else 0.0
+            parts.append((self.iteration - 1 + within) / self.iterations)
+        if self.max_evals:
+            parts.append(self.evaluations / self.max_evals)
+        if self.max_time_s:
+            parts.append((time.monotonic() - self.started) / self.max_time_s)
+        return min(1.0, max(parts))
