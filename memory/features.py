@@ -305,7 +305,7 @@ def _forward_features(body: Node, layers: dict[str, str], mark) -> None:
         if (e.kind == "call" and e.name in POINTWISE)
         or (e.kind == "op" and e.name in ("*", "/", "+", "-"))
     ]
-    if len(pointwise) >= 3:
+    if len(pointwise) >= 2:  # two ops fused already save a round trip through memory
         mark("elementwise_chain", pointwise[0].line)
     softmax_lines = [e.line for e in events if e.name in ("softmax", "exp")]
     if len(gemm_lines) >= 2 and softmax_lines and gemm_lines[0] < softmax_lines[0] < gemm_lines[-1]:
