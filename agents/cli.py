@@ -22,6 +22,7 @@ from agents.sandbox.process import Limits
 from agents.skills_command import SkillCommandError, add_skills_parser, run_skills
 from agents.task import SIZES, SourceFile, TaskLoadError
 from agents.verify.verdict import EvalResult
+from server.serve import ServeUsageError, add_serve_parser, run_serve
 
 EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_USAGE = 0, 1, 2
 
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_parser(commands)
     add_skills_parser(commands)
     add_memory_parser(commands)
+    add_serve_parser(commands)
     return parser
 
 
@@ -101,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_optimize(args)
         if args.command == "bench":
             return run_bench_command(args, list(argv if argv is not None else sys.argv[1:]))
+        if args.command == "serve":
+            return run_serve(args)
         build_parser().print_help()
         return EXIT_USAGE
     except (
@@ -110,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ProfileError,
         SkillCommandError,
         MemoryCommandError,
+        ServeUsageError,
     ) as error:
         print(f"kernel-agent: error: {error}", file=sys.stderr)
         return EXIT_USAGE

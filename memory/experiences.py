@@ -358,6 +358,28 @@ class ExperienceStore:
 
         return self.store.write(write)
 
+    def set_feedback_for_source(self, fast_source: str, accepted: bool) -> list[int]:
+        """Record the user's verdict on a rewrite offered to them: every entry whose fast
+        kernel is `fast_source` (after normalisation) gets it. Returns the ids changed."""
+        value = "accepted" if accepted else "rejected"
+        digest = hashlib.sha256(normalized_source(scrub(fast_source)).encode("utf-8")).hexdigest()
+
+        def write(tx: Transaction) -> list[int]:
+            rows = tx.execute(
+                "SELECT id FROM experiences WHERE source_hash = ? AND feedback != ?",
+                (digest, value),
+            ).fetchall()
+            ids = [int(row[0]) for row in rows]
+            if ids:
+                marks = ", ".join("?" for _ in ids)
+                tx.execute(
+                    f"UPDATE experiences SET feedback = ? WHERE id IN ({marks})", (value, *ids)
+                )
+                self._bump(True, tx)
+            return ids
+
+        return self.store.write(write)
+
     def _prepare(self, exp: Experience) -> _Prepared | None:
         kind = self.classify(exp.speedup)
         if kind is None:
