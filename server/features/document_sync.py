@@ -1,0 +1,102 @@
+"""Documents as the editor edits them: keep our copy and its profile findings in step with the
+client's text, profile on save when asked, and send diagnostics (pushed, or pulled by clients
+that support it)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from lsprotocol import types
+
+from server.diagnostics import SOURCE, shift
+from server.features.guards import guarded
+from server.features.job_control import start_job
+
+if TYPE_CHECKING:
+    from server.app import KernelAgentServer
+
+
+def register(ls: KernelAgentServer) -> None:
+    @ls.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(params: types.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        ls.docs.open(item.uri, item.text, item.version)
+        ls.publish(item.uri)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(params: types.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        doc = ls.docs.get(uri)
+        if doc is None:
+            return
+        encoding = ls.encoding
+        moved = False
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                r = change.range
+                edit = doc.apply(
+                    (r.start.line, r.start.character),
+                    (r.end.line, r.end.character),
+                    change.text,
+                    params.text_document.version,
+                    encoding,
+                )
+            else:
+                edit = doc.replace_all(change.text, params.text_document.version)
+            for key, view in ls.state.views.items():
+                if key[0] == uri:
+                    view.findings, changed = shift(view.findings, edit)
+                    moved |= changed
+        with contextlib.suppress(Exception):  # pygls' copy is the reference: resync on drift
+            known = ls.workspace.text_documents
+            reference = (known.get(uri) or known[unquote(uri)]).source
+            if reference != doc.text:
+                ls.log_line(f"document drifted from the client's text; reparsing {uri}")
+                doc.replace_all(reference, params.text_document.version)
+                for key in [k for k in ls.state.views if k[0] == uri]:
+                    ls.state.views.pop(key)
+        ls.publish_soon(uri)
+        if moved:
+            ls.refresh_lenses()
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    async def did_save(params: types.DidSaveTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        doc = ls.docs.get(uri)
+        if doc is None or not ls.state.settings.profile_on_save:
+            return
+        for target in ls.parsed(doc).targets:
+            if target.ready and ls.jobs.find(uri, target.name) is None:
+                await start_job(ls, "profile", doc, target, backend="offline", explicit=False)
+
+    @ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.cancel_publish(uri)
+        ls.docs.close(uri)
+        ls.state.parsed.pop(uri, None)
+        for key in [k for k in ls.state.views if k[0] == uri]:
+            ls.state.views.pop(key)
+        if not ls.state.client.pull_diagnostics:
+            ls.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
+            )
+
+
+def register_pull_diagnostics(ls: KernelAgentServer) -> None:
+    """textDocument/diagnostic, registered at initialize and only for a client that pulls;
+    every other client gets pushed diagnostics (`KernelAgentServer.publish`)."""
+
+    @ls.feature(
+        types.TEXT_DOCUMENT_DIAGNOSTIC,
+        types.DiagnosticOptions(
+            identifier=SOURCE, inter_file_dependencies=False, workspace_diagnostics=False
+        ),
+    )
+    @guarded(ls, "diagnostics")
+    async def pull_diagnostics(params: types.DocumentDiagnosticParams):
+        return types.RelatedFullDocumentDiagnosticReport(
+            items=ls.diagnostics(params.text_document.uri)
+        )
