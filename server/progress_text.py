@@ -36,7 +36,7 @@ class ProgressTracker:
         if kind == "started":
             self.iterations = int(event.get("iterations") or self.iterations)
             self.samples = max(1, int(event.get("samples") or 1))
-            self.message = "profiling the reference"
+            self.message = "starting"
         elif kind == "profiled":
             self.message = "planning"
         elif kind == "iteration":

@@ -102,8 +102,32 @@ def build_module(
     wanted = [line for line in imports if line not in prelude]
     header = "\n".join(["import torch", "import torch.nn as nn", *wanted])
     missing = "\n".join(line for line in header.splitlines() if line not in prelude.splitlines())
-    chunks = [c for c in (missing, prelude.strip(), prelude_extra.strip()) if c]
+    head, rest = _split_module_head(prelude)
+    chunks = [c for c in (head.strip(), missing, rest.strip(), prelude_extra.strip()) if c]
     return "\n\n".join(chunks) + "\n\n\nclass ModelNew(nn.Module):\n" + "\n".join(body)
+
+
+def _split_module_head(prelude: str) -> tuple[str, str]:
+    """The module docstring and `from __future__` imports, which must stay first (an import
+    put above a docstring turns it into a stray string), and the rest."""
+    try:
+        statements = ast.parse(prelude).body
+    except SyntaxError:
+        return "", prelude
+    end = 0
+    for index, node in enumerate(statements):
+        docstring = (
+            index == 0
+            and isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        )
+        future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+        if not (docstring or future):
+            break
+        end = node.end_lineno or end
+    lines = prelude.splitlines(keepends=True)
+    return "".join(lines[:end]), "".join(lines[end:])
 
 
 def _rename(text: str) -> str:
