@@ -89,4 +89,5 @@ def optimize_markdown(report: OptimizeReport) -> str:
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in report.rows]
     lines.append("")
     lines += [f"- {line}" for line in summary_lines(report)]
+    lines += [f"- {row.problem}: {note}" for row in report.rows for note in row.notes]
     return "\n".join(lines)
