@@ -358,7 +358,10 @@ def _children() -> set[int]:
     me = os.getpid()
     found = set()
     for task in Path(f"/proc/{me}/task").iterdir():
-        text = (task / "children").read_text().split()
+        try:
+            text = (task / "children").read_text().split()
+        except OSError:  # the thread ended while we looked
+            continue
         found.update(int(pid) for pid in text)
     return found
 
