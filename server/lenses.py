@@ -16,7 +16,17 @@ CMD_REJECT = "kernelAgent.reject"
 CMD_DIFF = "kernelAgent.showDiff"
 CMD_CANCEL = "kernelAgent.cancel"
 CMD_JOBS = "kernelAgent.jobs"
-COMMANDS = (CMD_OPTIMIZE, CMD_PROFILE, CMD_ACCEPT, CMD_REJECT, CMD_DIFF, CMD_CANCEL, CMD_JOBS)
+CMD_PENDING = "kernelAgent.pendingRewrite"
+COMMANDS = (
+    CMD_OPTIMIZE,
+    CMD_PROFILE,
+    CMD_ACCEPT,
+    CMD_REJECT,
+    CMD_DIFF,
+    CMD_CANCEL,
+    CMD_JOBS,
+    CMD_PENDING,
+)
 
 
 @dataclass(frozen=True)

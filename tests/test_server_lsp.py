@@ -320,6 +320,13 @@ async def test_vscode_optimize_progress_diagnostics_hover_accept(client: Languag
     diff = Path(shown["path"]).read_text()
     assert "+# Rewritten by kernel-agent: " in diff and "-        x = x / 2" in diff
 
+    # what an editor's own diff view shows: the text now and the text after accepting
+    (waiting,) = (await execute(lsp, "kernelAgent.pendingRewrite", uri=uri))["rewrites"]
+    assert waiting["target"] == "Model" and waiting["original"] == text
+    assert waiting["stale"] is None and waiting["mode"] == "replace"
+    assert "verified" in waiting["summary"] and "x = x / 2" not in waiting["rewritten"]
+    assert waiting["rewritten"].startswith("# tuned\n")
+
     accepted = await execute(lsp, "kernelAgent.accept", uri=uri, target="Model")
     assert accepted["applied"], accepted
     edit = recorder.edits[-1].edit
@@ -328,6 +335,7 @@ async def test_vscode_optimize_progress_diagnostics_hover_accept(client: Languag
     assert all(e.annotation_id == "kernel-agent.rewrite" for e in document_edit.edits)
     assert edit.change_annotations["kernel-agent.rewrite"].needs_confirmation
     new_text = apply_text_edits(text, document_edit.edits)
+    assert new_text == waiting["rewritten"]
     module = ast.parse(new_text)
     assert [n.name for n in module.body if isinstance(n, ast.ClassDef)] == ["Model"]
     assert new_text.startswith("# tuned\n") and "def get_inputs():" in new_text
@@ -339,6 +347,9 @@ async def test_vscode_optimize_progress_diagnostics_hover_accept(client: Languag
         ]
     assert "Accept (" not in " ".join(await lens_titles(lsp, uri))
     assert message_with(lsp, "applied the rewrite of `Model` in place")
+    assert await execute(lsp, "kernelAgent.pendingRewrite", uri=uri, target="Model") == {
+        "rewrites": []
+    }
 
 
 @pytest.mark.slow
@@ -543,6 +554,9 @@ async def test_bad_settings_and_malformed_requests_keep_the_server_alive(
         await execute(lsp, "kernelAgent.profile", uri=uri, target="Nope")
     nothing = await execute(lsp, "kernelAgent.accept", uri=uri, target="Model")
     assert nothing == {"applied": False, "reason": "no rewrite waiting"}
+    assert await execute(lsp, "kernelAgent.pendingRewrite", uri=uri) == {"rewrites": []}
+    with pytest.raises(JsonRpcException, match="'uri'"):
+        await execute(lsp, "kernelAgent.pendingRewrite", target="Model")
     assert "Optimize" in await lens_titles(lsp, uri)  # still serving
     logs = " ".join(m.message for m in lsp.log_messages + lsp.messages)
     assert "sk-canary-9" not in logs and "keys from client: anthropic" in logs

@@ -13,7 +13,7 @@ from lsprotocol import types
 from pygls.uris import from_fs_path
 
 from server import lenses as L
-from server.edits import EditRefused, apply_changes, build_accept
+from server.edits import EditRefused, Rewrite, apply_changes, build_accept
 from server.features.guards import guarded, object_argument
 from server.features.locations import fs_path, read_disk, text_edit_range
 from server.feedback import record_decision
@@ -144,6 +144,44 @@ async def reject(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, Any]
     return {"rejected": True, "feedback": decision.lessons}
 
 
+def preview(ls: KernelAgentServer, uri: str, rewrite: Rewrite) -> tuple[str, str, Any, str]:
+    """The document's text now, as accepting would leave it, the plan, and why the
+    comparison is against the search's snapshot instead ("" when it is not)."""
+    doc = ls.docs.get(uri)
+    text = doc.text if doc is not None else (read_disk(uri) or rewrite.snapshot)
+    refusal = ""
+    try:
+        plan = build_accept(text, rewrite, ls.state.settings.rewrite_mode)
+    except EditRefused as error:
+        refusal = str(error)
+        text = rewrite.snapshot
+        plan = build_accept(text, rewrite, ls.state.settings.rewrite_mode)
+    return text, apply_changes(text, plan.changes), plan, refusal
+
+
+def pending_rewrites(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, Any]:
+    """The waiting rewrites of a document (of one target when `target` is given), each as
+    the text now and the text accepting it would give: what an editor shows as a diff."""
+    uri, name = value["uri"], value.get("target")
+    out = []
+    for (rewrite_uri, target), rewrite in sorted(ls.state.pending.items()):
+        if rewrite_uri != uri or (name is not None and target != name):
+            continue
+        original, rewritten, plan, refusal = preview(ls, uri, rewrite)
+        out.append(
+            {
+                "uri": uri,
+                "target": target,
+                "original": original,
+                "rewritten": rewritten,
+                "summary": rewrite.summary,
+                "mode": plan.mode,
+                "stale": refusal or None,
+            }
+        )
+    return {"rewrites": out}
+
+
 async def show_diff(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, Any]:
     """The waiting rewrite as a unified diff file, opened in the editor where it can."""
     uri, name = value["uri"], value["target"]
@@ -151,16 +189,12 @@ async def show_diff(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, A
     if rewrite is None:
         ls.tell(f"Kernel Agent: no rewrite of `{name}` is waiting.", types.MessageType.Info)
         return {"shown": False}
-    doc = ls.docs.get(uri)
-    text = doc.text if doc is not None else (read_disk(uri) or rewrite.snapshot)
-    note = ""
-    try:
-        plan = build_accept(text, rewrite, ls.state.settings.rewrite_mode)
-    except EditRefused as refusal:
-        note = f"# {refusal}\n# This diff is against the code as it was when the search started.\n"
-        text = rewrite.snapshot
-        plan = build_accept(text, rewrite, ls.state.settings.rewrite_mode)
-    new_text = apply_changes(text, plan.changes)
+    text, new_text, plan, refusal = preview(ls, uri, rewrite)
+    note = (
+        f"# {refusal}\n# This diff is against the code as it was when the search started.\n"
+        if refusal
+        else ""
+    )
     label = Path(fs_path(uri) or "document.py").name
     diff = "".join(
         difflib.unified_diff(
@@ -205,3 +239,8 @@ def register(ls: KernelAgentServer) -> None:
     @guarded(ls, "show diff")
     async def show_diff_command(*args: Any) -> dict[str, Any]:
         return await show_diff(ls, object_argument(args, "uri", "target"))
+
+    @ls.command(L.CMD_PENDING)
+    @guarded(ls, "pending rewrite")
+    async def pending_command(*args: Any) -> dict[str, Any]:
+        return pending_rewrites(ls, object_argument(args, "uri"))
