@@ -284,12 +284,13 @@ def _write_output(result: SearchResult, source: Path, wanted: Path | None) -> Pa
     target = wanted or source.with_name(f"{source.stem}_optimized.py")
     if target.resolve() == source.resolve():
         raise OptimizeUsageError(f"--output {target} is the input file; choose another path")
+    # A comment, not a docstring: the module's own docstring must stay its first statement.
     header = (
-        f'"""Verified by kernel-agent: {result.speedup:.2f}x over {source.name} on '
-        f'{result.device} ({", ".join(result.methods) or "rewrite"})."""\n\n'
+        f"# Verified by kernel-agent: {result.speedup:.2f}x over {source.name} on "
+        f"{result.device} ({', '.join(result.methods) or 'rewrite'}).\n"
     )
     body = result.source
-    if body.lstrip().startswith('"""Verified by kernel-agent'):
+    if body.lstrip().startswith("# Verified by kernel-agent"):
         header = ""
     target.write_text(header + body, encoding="utf-8")
     return target

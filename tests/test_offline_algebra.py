@@ -541,3 +541,21 @@ def test_size1_through_unsqueeze_and_view_in_a_class_without_init() -> None:
     source = assert_verified(NO_INIT, rewrite)
     assert "def __init__(self):\n        super().__init__()" in source
     assert "torch.ones_like(" in forward_of(source)
+
+
+def test_scalars_frozen_into_forward_are_guarded_in_init():
+    """fx bakes `self.scaling_factor` into the graph: the rewrite is verified for that value
+    only, so constructing it with another must fail loudly, never compute something else."""
+    text, path = bench("13_")
+    text = shrink(text)
+    rewrite = AlgebraicSimplification().apply(program(text, path))
+    assert rewrite.source is not None
+    assert "_check_specialised(self, {'scaling_factor': 1.5})" in rewrite.source
+    assert judge(text, rewrite.source, path).correct
+    namespace: dict = {}
+    exec(compile(rewrite.source, "rewrite.py", "exec"), namespace)
+    namespace["ModelNew"](32, 32, 1.5)  # the verified arguments build
+    with pytest.raises(ValueError, match=r"scaling_factor=1\.5"):
+        namespace["ModelNew"](32, 32, 2.0)
+    # Shapes are not frozen: other sizes with the verified scale still build and run.
+    assert namespace["ModelNew"](8, 4, 1.5)(torch.randn(2, 8)).shape == (2, 1)

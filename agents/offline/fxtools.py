@@ -16,6 +16,8 @@ import io
 import keyword
 import math
 import operator
+import re
+import textwrap
 import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -523,7 +525,55 @@ def emit(
     new_methods.update(methods or {})
     imports = tuple(line for name, line in _IMPORTS.items() if name in writer.used)
     doc = " ".join(doc.replace("\\", "/").replace('"', "'").split())  # a safe docstring
-    return src.build_module(parts, new_methods, doc=doc, imports=imports)
+    baked = baked_attributes(program.module, parts.methods.get("forward", ""), forward)
+    prelude_extra = ""
+    if baked and "__init__" in new_methods:
+        init = new_methods["__init__"].rstrip()
+        check = f"{_body_indent(init)}_check_specialised(self, {baked!r})"
+        new_methods["__init__"] = f"{init}\n{check}\n"
+        if "def _check_specialised" not in parts.prelude:
+            prelude_extra = _SPECIALISED_HELPER
+    return src.build_module(
+        parts, new_methods, doc=doc, imports=imports, prelude_extra=prelude_extra
+    )
+
+
+_SPECIALISED_HELPER = '''
+def _check_specialised(module, values):
+    """kernel-agent built these attributes' values into forward and verified it for them only:
+    other constructor arguments need a new optimisation run, not a silently wrong result."""
+    for name, value in values.items():
+        if getattr(module, name, value) != value:
+            raise ValueError(
+                f"{type(module).__name__} was specialised by kernel-agent for {name}={value!r}, "
+                f"not {getattr(module, name)!r}: optimise again for these arguments"
+            )
+'''
+
+
+def _body_indent(method: str) -> str:
+    """The indentation of a method's body (the user's, whatever width they use)."""
+    lines = method.splitlines()
+    try:
+        function = ast.parse(textwrap.dedent(method)).body[0]
+        line = lines[function.body[0].lineno - 1]
+    except (SyntaxError, IndexError, AttributeError):
+        return " " * 8
+    return line[: len(line) - len(line.lstrip())]
+
+
+def baked_attributes(module: Any, old_forward: str, new_forward: str) -> dict[str, Any]:
+    """Plain Python scalars (ints, floats, bools) the old forward read from `self` and the
+    generated one no longer does: fx froze their values into the graph."""
+    state = vars(module) if module is not None else {}
+    read = set(re.findall(r"\bself\.([A-Za-z_]\w*)", old_forward))
+    return {
+        name: state[name]
+        for name in sorted(read)
+        if name != "training"
+        and isinstance(state.get(name), bool | int | float)
+        and not re.search(rf"\bself\.{name}\b", new_forward)
+    }
 
 
 def _with_init(source: str, class_name: str) -> str:
