@@ -16,7 +16,7 @@ from pathlib import Path
 
 import platformdirs
 
-from agents.sandbox.process import ChildOutcome, Limits, run_child
+from agents.sandbox.process import ChildOutcome, Limits, MeasureGate, run_child
 from agents.task import SIZES, SourceFile, TaskLoadError, outline_candidate, outline_problem
 from agents.verify.static_check import check_candidate, uses_low_precision
 from agents.verify.verdict import EvalResult, Verdict
@@ -71,9 +71,11 @@ def evaluate(
     candidate: SourceFile,
     options: EvalOptions,
     cancel: threading.Event | None = None,
+    gate: MeasureGate | None = None,
 ) -> EvalResult:
     """Judge `candidate` against `reference`. Raises EvalError only for a bad request, and
-    EvalCancelled when `cancel` is set before a verdict arrives."""
+    EvalCancelled when `cancel` is set before a verdict arrives. `gate` (see
+    `agents.evalpool`) decides when the child may start timing."""
     if options.device not in DEVICES:
         raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
     if options.size not in SIZES:
@@ -133,6 +135,7 @@ def evaluate(
         limits=options.limits,
         use_jail=options.jail,
         cancel=cancel,
+        gate=gate,
     )
     if outcome.cancelled:
         raise EvalCancelled("cancelled")

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agents.sandbox.env import scrubbed_environment
 from agents.sandbox.jail import find_jail, jail_command
@@ -38,6 +38,24 @@ class Limits:
     run_timeout_s: float = 300.0
     address_space_bytes: int | None = None  # None: a share of this machine's memory
     file_size_bytes: int = 2 * 1024**3
+
+
+class MeasureGate(Protocol):
+    """Who may time now. The child announces `measure` and waits until the parent writes a
+    byte on its gate pipe; `acquire` decides when, so timings on one device never overlap."""
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Extra environment for the child (e.g. CUDA_VISIBLE_DEVICES pinning its GPU)."""
+        ...
+
+    def started(self, pid: int) -> None: ...
+
+    def acquire(self, cancel: threading.Event | None) -> bool:
+        """Block until this child may time; False when `cancel` was set meanwhile."""
+        ...
+
+    def release(self) -> None: ...
 
 
 @dataclass
@@ -100,26 +118,34 @@ def run_child(
     entry: str = "agents.verify.child",
     use_jail: bool = True,
     cancel: threading.Event | None = None,
+    gate: MeasureGate | None = None,
 ) -> ChildOutcome:
     """Start `entry` in a jailed child with `request`, and collect its messages.
 
     Setting `cancel` kills the child's whole process group within a fraction of a second;
-    the outcome then says `cancelled`."""
+    the outcome then says `cancelled`. `gate`, when given, is told the child's pid and holds
+    the child at its `measure` phase until the gate grants it; it is released when the child
+    is gone. Without one the child is let through at once."""
     caches = [build_cache] + ([compiler_cache] if compiler_cache else [])
     for cache in caches:
         cache.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="kernel-agent-"))
     try:
-        return _run_in(workdir, request, device, threads, caches, limits, entry, use_jail, cancel)
+        return _run_in(
+            workdir, request, device, threads, caches, limits, entry, use_jail, cancel, gate
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_in(workdir, request, device, threads, caches, limits, entry, use_jail, cancel=None):
+def _run_in(
+    workdir, request, device, threads, caches, limits, entry, use_jail, cancel=None, gate=None
+):
     nonce = secrets.token_hex(16)
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps({**request, "nonce": nonce}), encoding="utf-8")
     read_fd, write_fd = os.pipe()
+    gate_read, gate_write = os.pipe()
     bootstrap = (
         f"import sys; sys.path.insert(0, sys.argv[1]); from {entry} import main; main(sys.argv[2:])"
     )
@@ -131,6 +157,7 @@ def _run_in(workdir, request, device, threads, caches, limits, entry, use_jail, 
         str(project_root()),
         str(request_path),
         str(write_fd),
+        str(gate_read),
     ]
     jail = find_jail() if use_jail else None
     outcome = ChildOutcome()
@@ -150,30 +177,41 @@ def _run_in(workdir, request, device, threads, caches, limits, entry, use_jail, 
     env = scrubbed_environment(
         workdir, caches[0], threads, compiler_cache=caches[1] if len(caches) > 1 else None
     )
+    if gate is not None:
+        env.update(gate.env)
     started = time.monotonic()
     process = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        pass_fds=(write_fd,),
+        pass_fds=(write_fd, gate_read),
         env=env,
         cwd=workdir,
         start_new_session=True,
         preexec_fn=lambda: _limit_child(address_space, limits.file_size_bytes),
     )
     os.close(write_fd)
+    os.close(gate_read)
+    held = [False]
     try:
-        _collect(process, read_fd, nonce, limits, outcome, started, cancel)
+        if gate is not None:
+            gate.started(process.pid)
+        _collect(process, read_fd, nonce, limits, outcome, started, cancel, gate, gate_write, held)
     finally:
         os.close(read_fd)
+        os.close(gate_write)
         _kill_group(process)
+        if held[0] and gate is not None:
+            gate.release()
     outcome.returncode = process.returncode
     outcome.elapsed_s = time.monotonic() - started
     return outcome
 
 
-def _collect(process, read_fd, nonce, limits, outcome, started, cancel) -> None:
+def _collect(
+    process, read_fd, nonce, limits, outcome, started, cancel, gate=None, gate_fd=-1, held=None
+) -> None:
     selector = selectors.DefaultSelector()
     selector.register(read_fd, selectors.EVENT_READ, "result")
     selector.register(process.stdout, selectors.EVENT_READ, "stdout")
@@ -220,12 +258,26 @@ def _collect(process, read_fd, nonce, limits, outcome, started, cancel) -> None:
                 outcome.messages.append(message)
                 if message.get("kind") == "phase" and message.get("phase") != outcome.phase:
                     outcome.phase = str(message.get("phase"))
-                    phase_started = time.monotonic()
+                    if outcome.phase == "measure" and not _open_gate(gate, gate_fd, cancel, held):
+                        outcome.cancelled = True
+                        return
+                    phase_started = time.monotonic()  # waiting for the lane is not run time
         if process.poll() is not None:
             # Streams a leftover grandchild holds open must not keep us waiting.
             exited_at = exited_at or time.monotonic()
             if time.monotonic() - exited_at > 1.0:
                 break
+
+
+def _open_gate(gate, gate_fd, cancel, held) -> bool:
+    """Let the child time once the gate allows it; False if cancelled while waiting."""
+    if gate is not None and not held[0]:
+        if not gate.acquire(cancel):
+            return False
+        held[0] = True
+    with contextlib.suppress(OSError):  # a child already gone finds out on its own
+        os.write(gate_fd, b"g")
+    return True
 
 
 def _parse(line: bytes, prefix: bytes) -> dict[str, Any] | None:

@@ -20,7 +20,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from agents.evaluate import EvalCancelled, EvalOptions, evaluate
+from agents.evalpool import EvalService, LocalPool, PoolSettings
+from agents.evaluate import EvalCancelled, EvalOptions
 from agents.llm.accounting import CostMeter
 from agents.llm.base import LLMError, MissingAPIKeyError
 from agents.profile.api import ProfileError, profile_file
@@ -68,7 +69,7 @@ class SearchConfig:
     iterations: int = 16
     patience: int = 4  # stop after this many iterations without a new best
     repairs: int = 2
-    parallel_evals: int = 1  # >1 shares the machine between timed runs; see ARCHITECTURE.md
+    parallel_evals: int = 1  # candidates built/checked at once; timings stay exclusive
     profile: bool = True
     profile_repeat: int = 3
     confirm: int = 3  # best candidates re-measured on fresh inputs at the end
@@ -159,6 +160,7 @@ class Search:
         on_event: Callable[[ev.SearchEvent], None] | None = None,
         cancel: CancelToken | None = None,
         task_name: str = "",
+        pool: EvalService | None = None,
     ) -> None:
         self.reference = reference
         self.roles = roles
@@ -166,6 +168,8 @@ class Search:
         # Agents require drop-in replacements: Model's state_dict must load as it is.
         self.options = replace(options, require_state_dict=True)
         self.config = config or SearchConfig()
+        # Builds overlap up to parallel_evals; timings on one device never do.
+        self.pool = pool or LocalPool(PoolSettings(build_slots=self.config.parallel_evals))
         self.tracker = BudgetTracker(budget or Budget(), meter)
         self.memory = memory or SearchMemory()
         self.on_event = on_event or (lambda event: None)
@@ -577,8 +581,7 @@ class Search:
         state.evaluations += 1
         options = replace(self.options, seed=self._seed_for(key))
         try:
-            result = await asyncio.to_thread(
-                evaluate,
+            result = await self.pool.submit(
                 self.reference,
                 SourceFile(source, f"<candidate {state.evaluations}>"),
                 options,
@@ -804,8 +807,7 @@ class Search:
         )
         state.evaluations += 1
         try:
-            return await asyncio.to_thread(
-                evaluate,
+            return await self.pool.submit(
                 self.reference,
                 SourceFile(node.source, "<best candidate>"),
                 options,

@@ -225,6 +225,7 @@ class Reviewer:
             self._check_reference_unchanged(reference)
             self._reload_check(reference, candidate, snapshot)
             if self.report.verdict is Verdict.CORRECT and request.measure:
+                self.phase("measure")  # waits for this device's measure lane
                 self._measure(reference, candidate)
         self._check_integrity(snapshot, "after running")
 

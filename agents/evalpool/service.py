@@ -1,0 +1,84 @@
+"""What the search (and later the server) sees of an evaluation pool: submit, events, cancel.
+
+A backend (`local` here; Ray later) decides where candidates run. Every backend keeps one
+promise: no two timings on the same device overlap, whatever else runs in parallel.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agents.evaluate import EvalOptions
+from agents.task import SourceFile
+from agents.verify.verdict import EvalResult
+
+EVENT_KINDS = ("queued", "building", "measuring", "measured", "done")
+"""`measuring` is sent when a job enters its device's measure lane, `measured` when it leaves
+it; `done` carries the verdict (or `cancelled` / `error`)."""
+
+
+@dataclass(frozen=True)
+class EvalEvent:
+    """One step of one submitted evaluation, with the lane it concerns and when."""
+
+    kind: str
+    job: int
+    lane: str  # "build", or a measure lane: "cpu", "cuda:0", ...
+    time: float  # time.monotonic() in the pool's process
+    label: str = ""
+    verdict: str | None = None
+
+
+EventCallback = Callable[[EvalEvent], None]
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """Concurrency limits; None picks a default from this machine."""
+
+    backend: str = "local"
+    build_slots: int | None = None  # None: max(1, cores - 1), one core left for timing
+    gpus: int | None = None  # None: as many as torch sees (only asked on a first cuda job)
+
+
+def default_build_slots() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+class EvalService(Protocol):
+    """The interface every backend offers."""
+
+    async def submit(
+        self,
+        reference: SourceFile,
+        candidate: SourceFile,
+        options: EvalOptions,
+        cancel: threading.Event | None = None,
+        on_event: EventCallback | None = None,
+    ) -> EvalResult:
+        """Judge `candidate`; raises EvalCancelled when cancelled (by `cancel`, by
+        `cancel_all`, or by cancelling the awaiting task), EvalError for a bad request."""
+        ...
+
+    def cancel_all(self) -> None:
+        """Drain: queued jobs end cancelled, running children are killed, and new
+        submissions are refused, until `reopen`."""
+        ...
+
+
+def make_pool(settings: PoolSettings | None = None, on_event: EventCallback | None = None):
+    """The backend `settings` names."""
+    settings = settings or PoolSettings()
+    if settings.backend == "local":
+        from agents.evalpool.local import LocalPool
+
+        return LocalPool(settings, on_event)
+    raise ValueError(f"unknown evaluation backend {settings.backend!r}: use 'local'")
