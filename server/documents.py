@@ -10,6 +10,7 @@ encoding ("utf-16" by default, "utf-8" or "utf-32" when the client offers them).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import tree_sitter_python
@@ -223,6 +224,15 @@ class DocumentStore:
 def parse_text(text: str) -> Tree:
     """A one-off parse (snapshots, rewrites); not cached."""
     return new_parser().parse(text.encode("utf-8"))
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """Every node below `node`, depth first in source order."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(current.children))
 
 
 def node_text(node: Node | None) -> str:

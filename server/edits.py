@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from server.documents import node_text, parse_text
+from server.synth import parameters_and_call
 from server.targets import Target, find_definition, top_level
 
 HARNESS = {"get_inputs", "get_init_inputs"}
@@ -480,12 +481,4 @@ def _signature(definition: str, name: str) -> tuple[str, str]:
     )
     if function is None:
         return "*args", "*args"
-    args = function.args
-    params = ast.unparse(args)
-    calls = [a.arg for a in args.posonlyargs + args.args]
-    if args.vararg:
-        calls.append(f"*{args.vararg.arg}")
-    calls += [f"{a.arg}={a.arg}" for a in args.kwonlyargs]
-    if args.kwarg:
-        calls.append(f"**{args.kwarg.arg}")
-    return params, ", ".join(calls)
+    return parameters_and_call(function.args)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from server.documents import node_text
+from server.documents import node_text, walk
 from server.targets import Target
 
 HOST_SYNC_METHODS = {"item", "cpu", "tolist", "numpy"}
@@ -32,14 +32,6 @@ class Hint:
         return self.start[0]
 
 
-def _walk(node: Node) -> Iterator[Node]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
-
-
 @dataclass
 class _Body:
     """One function body, walked once: its calls, loops and operators."""
@@ -53,7 +45,7 @@ class _Body:
         calls: list[tuple[Node, str, Node | None]] = []
         loops: list[Node] = []
         operators: set[str] = set()
-        for node in _walk(body):
+        for node in walk(body):
             kind = node.type
             if kind == "call":
                 function = node.child_by_field_name("function")

@@ -127,14 +127,20 @@ def _signature(args: ast.arguments, drop_self: bool = False) -> tuple[str, str]:
             args.posonlyargs.pop(0)
         elif args.args:
             args.args.pop(0)
-    params = ast.unparse(args)
+    params, call = parameters_and_call(args)
+    return ("self, " + params if params else "self"), call
+
+
+def parameters_and_call(args: ast.arguments) -> tuple[str, str]:
+    """A function's parameter list (annotations and defaults included) and the arguments of
+    a call that passes each parameter on unchanged."""
     calls = [a.arg for a in args.posonlyargs + args.args]
     if args.vararg:
         calls.append(f"*{args.vararg.arg}")
     calls += [f"{a.arg}={a.arg}" for a in args.kwonlyargs]
     if args.kwarg:
         calls.append(f"**{args.kwarg.arg}")
-    return ("self, " + params if params else "self"), ", ".join(calls)
+    return ast.unparse(args), ", ".join(calls)
 
 
 def _is_triton_kernel(node: ast.FunctionDef) -> bool:

@@ -14,13 +14,12 @@ never guesses shapes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser
 
-from server.documents import node_text
+from server.documents import node_text, walk
 
 CUDA_LANGUAGE = Language(tree_sitter_cuda.language())
 _CUDA_PARSER = Parser(CUDA_LANGUAGE)
@@ -74,14 +73,6 @@ class Target:
 
 
 # --- tree helpers ---------------------------------------------------------------------------
-
-
-def _walk(node: Node) -> Iterator[Node]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
 
 
 def _definition(node: Node) -> Node:
@@ -271,7 +262,7 @@ def _module_targets(modules: dict[str, Node]) -> list[Node]:
         return [modules["Model"]]
     used: set[str] = set()
     for name, node in modules.items():
-        for call in _walk(node):
+        for call in walk(node):
             if call.type == "call":
                 callee = _call_name(call)
                 if callee in modules and callee != name:
@@ -324,7 +315,7 @@ def _cuda_extensions(nodes: list[Node]) -> list[_Extension]:
             continue
         inner = _definition(node)
         if inner.type == "function_definition":
-            for call in _walk(inner):
+            for call in walk(inner):
                 if call.type == "call" and _is_load_inline(call):
                     kernels = _cuda_kernels(call, strings)
                     extensions.append(_Extension(_name(inner), True, kernels))
@@ -384,7 +375,7 @@ def _global_functions(string: Node) -> list[Kernel]:
         with _CUDA_LOCK:
             tree = _CUDA_PARSER.parse(part.text or b"")
         row = part.start_point.row
-        for node in _walk(tree.root_node):
+        for node in walk(tree.root_node):
             if node.type != "function_definition":
                 continue
             if not any(child.type == "__global__" for child in node.children):
@@ -407,7 +398,7 @@ def _global_functions(string: Node) -> list[Kernel]:
 def _kernels_used(node: Node, triton: dict[str, Node], cuda: list[_Extension]) -> list[Kernel]:
     """Kernels `node` launches: `k[grid](...)` for Triton, `ext.fn(...)` for CUDA."""
     found: dict[str, Kernel] = {}
-    for call in _walk(node):
+    for call in walk(node):
         if call.type != "call":
             continue
         function = call.child_by_field_name("function")

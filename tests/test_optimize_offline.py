@@ -5,24 +5,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.test_search import optimize
 
 PROBLEM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
-
-
-def optimize(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "agents", "optimize", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
 
 
 @pytest.mark.slow

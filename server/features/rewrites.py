@@ -94,14 +94,7 @@ async def accept(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, Any]
         return {"applied": False, "reason": reason}
     if ls.state.pending.get((uri, name)) is rewrite:
         ls.state.pending.pop((uri, name))
-    decision = await asyncio.to_thread(
-        record_decision,
-        rewrite.source,
-        True,
-        ls.state.settings.memory_path,
-        ls.state.settings.memory_enabled,
-    )
-    ls.log_line(f"[{name}] feedback: {decision.summary}")
+    decision = await _record(ls, name, rewrite.source, accepted=True)
     extra = f" {plan.note}." if plan.note else ""
     renamed = (
         " Renamed to avoid clashes: "
@@ -124,6 +117,19 @@ async def accept(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, Any]
     }
 
 
+async def _record(ls: KernelAgentServer, name: str, source: str, *, accepted: bool):
+    """The user's decision into memory (off the event loop), and a line in the log."""
+    decision = await asyncio.to_thread(
+        record_decision,
+        source,
+        accepted,
+        ls.state.settings.memory_path,
+        ls.state.settings.memory_enabled,
+    )
+    ls.log_line(f"[{name}] feedback: {decision.summary}")
+    return decision
+
+
 async def reject(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, Any]:
     """Drop the waiting rewrite; memory ranks the lessons behind it lower."""
     uri, name = value["uri"], value["target"]
@@ -131,14 +137,7 @@ async def reject(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, Any]
     if rewrite is None:
         ls.tell(f"Kernel Agent: no rewrite of `{name}` is waiting.", types.MessageType.Info)
         return {"rejected": False}
-    decision = await asyncio.to_thread(
-        record_decision,
-        rewrite.source,
-        False,
-        ls.state.settings.memory_path,
-        ls.state.settings.memory_enabled,
-    )
-    ls.log_line(f"[{name}] feedback: {decision.summary}")
+    decision = await _record(ls, name, rewrite.source, accepted=False)
     ls.tell(f"Kernel Agent: discarded the rewrite of `{name}`; memory will rank its lessons lower.")
     ls.refresh_lenses()
     return {"rejected": True, "feedback": decision.lessons}
