@@ -51,8 +51,9 @@ def test_offline_optimize_returns_a_verified_faster_kernel(tmp_path):
     assert "class Model(" in PROBLEM.read_text()
     with sqlite3.connect(memory) as db:
         assert db.execute("select count(*) from experiences").fetchone()[0] >= 1
-    points = json.loads(trajectory.read_text())
-    assert points and isinstance(points, (list, dict))
+    points = json.loads(trajectory.read_text())["trajectory"]
+    assert [p["evaluation"] for p in points] == list(range(1, len(points) + 1))
+    assert any(p["verdict"] == "correct" and (p["speedup"] or 0) > 1.0 for p in points)
 
 
 def test_offline_optimize_refuses_a_file_without_model(tmp_path):
