@@ -19,6 +19,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from agents.evalpool import EvalService, PoolSetupError, add_pool_arguments, make_pool
+from agents.evalpool import pool_settings as pool_settings_from
 from agents.evaluate import DEVICES, EvalError, EvalOptions
 from agents.llm.accounting import CostMeter
 from agents.llm.base import ChatModel, LLMError, MissingAPIKeyError
@@ -76,6 +78,7 @@ def add_optimize_parser(commands) -> None:
     opt.add_argument("--max-tokens", type=int, default=None)
     opt.add_argument("--max-time", type=float, default=None, metavar="SECONDS")
     opt.add_argument("--parallel-evals", type=int, default=1)
+    add_pool_arguments(opt)
     opt.add_argument("--timing-budget", type=float, default=2.0, metavar="SECONDS")
     opt.add_argument("--threads", type=int, default=None)
     opt.add_argument("--seed", type=int, default=0)
@@ -151,8 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if store is not None:
-            store.close()
+        setup.close()
     output = _write_output(result, path, args.output)
     if args.trajectory:
         result.write_trajectory(args.trajectory)
@@ -192,6 +194,14 @@ class SearchSetup:
     search: Search
     models: list[ChatModel]
     store: MemoryStore | None
+
+    def close(self) -> None:
+        """The memory store and the evaluation pool (a local Ray it started stops here)."""
+        try:
+            self.search.pool.close()
+        finally:
+            if self.store is not None:
+                self.store.close()
 
 
 def build_search(
@@ -250,6 +260,7 @@ def build_search(
             device=args.device,
             offline=OfflineSetup(reference, options, memory.experiences, cancel.event),
         )
+        pool = open_pool(args)  # last: a local Ray is started only for a search that runs
     except BaseException:
         if store is not None:
             store.close()
@@ -265,8 +276,17 @@ def build_search(
         on_event=on_event,
         cancel=cancel,
         task_name=task_name,
+        pool=pool,
     )
     return SearchSetup(search, models, store)
+
+
+def open_pool(args: argparse.Namespace) -> EvalService:
+    """The evaluation backend the arguments choose; OptimizeUsageError in one line."""
+    try:
+        return make_pool(pool_settings_from(args, build_slots=args.parallel_evals))
+    except PoolSetupError as error:
+        raise OptimizeUsageError(str(error)) from None
 
 
 async def _search(search: Search, models) -> SearchResult:

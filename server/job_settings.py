@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from agents.evalpool.service import BACKENDS as EVAL_BACKENDS
 from agents.llm.base import ROLES
 from agents.llm.config import BACKENDS
 from agents.profile.api import DEVICES
@@ -23,13 +24,14 @@ _COUNTS = ("beam", "plans", "samples", "iters", "patience", "max_evals", "thread
 _COUNTS_ZERO = ("repairs", "seed")
 _POSITIVE = ("max_cost", "max_time", "timing_budget")
 _BOOLS = ("no_memory", "profile", "jail")
-_STRINGS = ("model", "base_url", "memory", "config")
+_STRINGS = ("model", "base_url", "memory", "config", "ray_address")
 KNOWN = (
     "llm",
     "device",
     "size",
     "max_tokens",
     "parallel_evals",
+    "eval_backend",
     *_COUNTS,
     *_COUNTS_ZERO,
     *_POSITIVE,
@@ -64,6 +66,8 @@ def _check(name: str, value: Any) -> Any:
         return _choice(name, value, DEVICES)
     if name == "size":
         return _choice(name, value, SIZES)
+    if name == "eval_backend":
+        return _choice(name, value, EVAL_BACKENDS)
     if name in _COUNTS or name in ("max_tokens", "parallel_evals"):
         if not _integer(value) or value < 1:
             raise SettingsError(f"setting {name} must be a whole number of at least 1 ({value!r})")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agents.evalpool.service import BACKENDS as EVAL_BACKENDS
 from agents.llm.base import ROLES
 from agents.llm.config import BACKENDS, DEFAULT_KEY_ENV, DEFAULT_MODEL
 from agents.task import SIZES
@@ -79,6 +80,8 @@ class Settings:
     profile_on_save: bool = False
     rewrite_mode: str = "replace"
     jail: bool = True
+    eval_backend: str = "local"
+    ray_address: str | None = None
     max_jobs: int = 2
     api_keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -148,6 +151,8 @@ class Settings:
             "no_memory": not self.memory_enabled,
             "profile": self.search_profile,
             "jail": self.jail,
+            "eval_backend": self.eval_backend,
+            "ray_address": self.ray_address,
         }
         if backend == "offline" or (backend is None and not self.uses_llm):
             out["llm"] = "offline"
@@ -181,7 +186,8 @@ class Settings:
         roles = {r: rs.backend or rs.model for r, rs in self.roles.items()}
         return (
             f"backend={self.backend} model={self.model or '-'} roles={roles or '-'} "
-            f"device={self.device} size={self.size} rewrite={self.rewrite_mode} "
+            f"device={self.device} size={self.size} evalBackend={self.eval_backend} "
+            f"rewrite={self.rewrite_mode} "
             f"profileOnSave={self.profile_on_save} memory={self.memory_path or 'default'}"
             f"{'' if self.memory_enabled else ' (off)'} keys from client: {keys}"
         )
@@ -326,9 +332,11 @@ def _problem(name: str, value: Any) -> str | None:
         return None if value in DEVICES else f"must be one of {', '.join(DEVICES)}"
     if name == "size":
         return None if value in SIZES else f"must be one of {', '.join(SIZES)}"
+    if name == "eval_backend":
+        return None if value in EVAL_BACKENDS else f"must be one of {', '.join(EVAL_BACKENDS)}"
     if name == "rewrite_mode":
         return None if value in REWRITE_MODES else "must be replace or alongside"
-    if name in ("model", "memory_path"):
+    if name in ("model", "memory_path", "ray_address"):
         return None if value is None or isinstance(value, str) else "must be a string"
     if name == "base_url":
         if value is None or value == "":
@@ -357,7 +365,7 @@ def _problem(name: str, value: Any) -> str | None:
 
 
 def _clean(name: str, value: Any) -> Any:
-    if name in ("model", "base_url", "memory_path") and value == "":
+    if name in ("model", "base_url", "memory_path", "ray_address") and value == "":
         return None
     if name == "memory_path" and value:
         return os.path.abspath(os.path.expanduser(value))

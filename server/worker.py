@@ -214,7 +214,7 @@ async def _optimize_job(
         def forward(event) -> None:
             channel.send("event", event=event.to_json())
 
-        store = None
+        setup = None
         try:
             setup = build_search(
                 args,
@@ -223,7 +223,6 @@ async def _optimize_job(
                 cancel=token,
                 task_name=str(job.get("target") or reference.label),
             )
-            store = setup.store
             try:
                 result = await run_search(setup.search)
             finally:
@@ -234,8 +233,8 @@ async def _optimize_job(
         except (LLMError, MemoryStoreError) as error:
             raise JobFailure(str(error)) from None
         finally:
-            if store is not None:
-                store.close()
+            if setup is not None:
+                setup.close()  # memory, and the evaluation pool (a local Ray stops here)
     profile = setup.search.reference_profile
     data = result.to_json()
     data.update(

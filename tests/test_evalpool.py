@@ -213,7 +213,7 @@ def test_defaults_and_backend_choice():
     assert isinstance(pool, LocalPool)
     assert pool.build_slots == max(1, len(os.sched_getaffinity(0)) - 1)
     with pytest.raises(ValueError):
-        make_pool(PoolSettings(backend="ray"))
+        make_pool(PoolSettings(backend="nope"))
 
 
 def test_a_failing_worker_is_a_runtime_error_verdict(monkeypatch):

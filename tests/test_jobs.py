@@ -335,6 +335,7 @@ async def test_one_job_per_target_a_concurrency_limit_and_shutdown_ends_all():
         ({"timing_budget": "fast"}, "timing_budget"),
         ({"llm": {"planner": {"backend": "anthropic", "api_key": CANARY}}}, "llm.planner.api_key"),
         ({"beems": 3}, "beems"),
+        ({"eval_backend": "slurm"}, "eval_backend"),
     ],
 )
 async def test_a_bad_setting_fails_the_job_with_one_line(manager, settings, named):
@@ -344,6 +345,18 @@ async def test_a_bad_setting_fails_the_job_with_one_line(manager, settings, name
     assert named in job.error and "\n" not in job.error and CANARY not in job.error
     assert record.states() == ["failed"] and record.updates[0].error == job.error
     assert (await manager.wait(job.id)) is job and manager.running() == []
+
+
+async def test_the_worker_sends_candidates_to_the_chosen_evaluation_backend(manager):
+    """The job's eval_backend / ray_address reach the worker's pool: an unreachable cluster
+    fails the job with the pool's one line, before any candidate is queued."""
+    pytest.importorskip("ray")
+    record = Recorder()
+    settings = {**QUICK, "no_memory": True, "eval_backend": "ray", "ray_address": "127.0.0.1:1"}
+    job = await manager.start(spec(GEMM, settings=settings), record)
+    job = await manager.wait(job.id)
+    assert job.state == "failed" and "cannot reach the Ray cluster at 127.0.0.1:1" in job.error
+    assert "\n" not in job.error
 
 
 async def test_a_missing_api_key_fails_the_job_in_the_worker(manager):

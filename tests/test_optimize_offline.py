@@ -63,3 +63,49 @@ def test_offline_optimize_refuses_a_file_without_model(tmp_path):
     assert done.returncode in (1, 2)
     message = done.stderr.strip().splitlines()[-1]
     assert "Model" in message and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_offline_optimize_runs_unchanged_on_the_ray_backend(tmp_path):
+    """The same search, its candidates judged as Ray tasks on a local Ray the CLI starts."""
+    pytest.importorskip("ray")
+    out = tmp_path / "optimized.py"
+    done = optimize(
+        str(PROBLEM),
+        "--json",
+        "--threads",
+        "1",
+        "--timing-budget",
+        "0.3",
+        "--max-evals",
+        "4",
+        "--iters",
+        "1",
+        "--no-profile",
+        "--no-memory",
+        "--eval-backend",
+        "ray",
+        "--output",
+        str(out),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["improved"] is True and report["verdict"] == "correct", report
+    assert ".sum(" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--ray-address", "127.0.0.1:6379"], "--ray-address needs --eval-backend ray"),
+        (["--eval-backend", "ray", "--ray-address", "127.0.0.1:1"], "cannot reach the Ray"),
+    ],
+)
+def test_a_bad_evaluation_backend_is_one_line(extra, expected):
+    if "ray" in extra:
+        pytest.importorskip("ray")
+    done = optimize(str(PROBLEM), "--no-profile", "--no-memory", *extra, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr

@@ -199,6 +199,17 @@ def test_settings_accept_nested_and_flat_shapes_and_report_bad_values():
     assert "apiKeys are only accepted in initializationOptions" in message
 
 
+def test_the_evaluation_backend_settings_reach_the_job():
+    remote = load({"kernelAgent": {"evalBackend": "ray", "rayAddress": "ray://gpu-head:10001"}})
+    assert not remote.problems
+    job = remote.settings.job_settings()
+    assert job["eval_backend"] == "ray" and job["ray_address"] == "ray://gpu-head:10001"
+    assert "ray_address" not in load({"rayAddress": ""}).settings.job_settings()
+    bad = load({"evalBackend": "slurm"})
+    assert bad.settings.eval_backend == "local"
+    assert "evalBackend must be one of local, ray" in bad.message
+
+
 def test_api_keys_stay_out_of_reprs_and_settings(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     loaded = load({"llm": {"backend": "anthropic", "roles": {"executor": {"model": "m"}}}})

@@ -14,6 +14,7 @@ from agents.bench.render import markdown_report, plot_report, render_report
 from agents.bench.report import BenchReport, merge_reports
 from agents.bench.runner import BenchOptions, run_bench
 from agents.bench.suite import BASELINES, discover
+from agents.evalpool import add_pool_arguments, pool_settings
 from agents.evaluate import DEVICES, EvalError, EvalOptions
 from agents.task import SIZES
 
@@ -58,6 +59,7 @@ def add_bench_parser(commands) -> None:
         "--memory", type=Path, default=None, help="--optimize: memory file (default: fresh)"
     )
     bench.add_argument("--max-evals", type=int, default=40, help="--optimize: per problem")
+    add_pool_arguments(bench)
 
 
 def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
@@ -188,6 +190,7 @@ def _run_optimize(paths: list[Path], args: argparse.Namespace, argv: list[str]) 
         budget=Budget(max_evals=args.max_evals),
         memory=args.memory,
         command="kernel-agent " + shlex.join(argv),
+        pool=pool_settings(args),
     )
     console = Console(stderr=args.json)
     with Progress(

@@ -19,6 +19,7 @@ from typing import Any
 
 from agents.bench.runner import machine_name
 from agents.bench.suite import baseline_candidate, problem_name
+from agents.evalpool import EvalService, PoolSettings, make_pool
 from agents.evaluate import EvalError, EvalOptions, evaluate
 from agents.llm.accounting import CostMeter
 from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
@@ -135,6 +136,7 @@ class OptimizeBenchOptions:
     budget: Budget
     memory: Path | None = None  # None: a fresh (cold) memory for this run
     command: str = ""
+    pool: PoolSettings = field(default_factory=PoolSettings)  # where candidates are judged
 
 
 def run_optimize_bench(
@@ -154,15 +156,19 @@ def run_optimize_bench(
             command=options.command,
             memory=str(options.memory) if options.memory else "fresh (cold) memory",
         )
-        with MemoryStore(memory_path) as store:
-            memory = SearchMemory(ExperienceStore(store), Logbook(store))
-            for path in paths:
-                if cancel is not None and cancel.cancelled:
-                    break
-                report.rows.append(optimize_problem(path, options, memory, cancel))
-                report.total_s = round(time.monotonic() - started, 1)
-                if on_row is not None:
-                    on_row(report)
+        pool = make_pool(options.pool)  # one for the run: a local Ray starts once
+        try:
+            with MemoryStore(memory_path) as store:
+                memory = SearchMemory(ExperienceStore(store), Logbook(store))
+                for path in paths:
+                    if cancel is not None and cancel.cancelled:
+                        break
+                    report.rows.append(optimize_problem(path, options, memory, cancel, pool))
+                    report.total_s = round(time.monotonic() - started, 1)
+                    if on_row is not None:
+                        on_row(report)
+        finally:
+            pool.close()
     return report
 
 
@@ -171,6 +177,7 @@ def optimize_problem(
     options: OptimizeBenchOptions,
     memory: SearchMemory,
     cancel: CancelToken | None = None,
+    pool: EvalService | None = None,
 ) -> OptimizeRow:
     started = time.monotonic()
     row = OptimizeRow(problem=problem_name(path), path=str(path), verdict="error")
@@ -188,7 +195,7 @@ def optimize_problem(
         row.compile_ms, row.compile_speedup = baseline.candidate_ms, baseline.speedup
     else:
         row.notes.append(f"torch.compile: {baseline.verdict.value}: {'; '.join(baseline.reasons)}")
-    result = asyncio.run(_search(reference, options, memory, cancel))
+    result = asyncio.run(_search(reference, options, memory, cancel, pool))
     row.verdict = result.verdict
     row.speedup = result.speedup
     row.speedup_ci = result.speedup_ci
@@ -214,7 +221,7 @@ def optimize_problem(
     return row
 
 
-async def _search(reference, options: OptimizeBenchOptions, memory, cancel):
+async def _search(reference, options: OptimizeBenchOptions, memory, cancel, pool=None):
     from agents.roles.factory import OfflineSetup, build_roles
 
     meter = CostMeter()
@@ -235,6 +242,7 @@ async def _search(reference, options: OptimizeBenchOptions, memory, cancel):
         memory=memory,
         cancel=token,
         task_name=Path(reference.label).stem,
+        pool=pool,
     )
     return await run_search(search)
 

@@ -16,28 +16,41 @@ Limits: the child is the candidate's own process, so a hostile candidate could s
 it cannot forge a verdict by doing so, and the static checker rejects touching the harness.
 Waiting for the lane does not count against the run wall clock.
 
-Backends: `local` (here). A Ray backend is planned behind the same `EvalService` interface.
+Backends, behind the same `EvalService` interface:
+* `local` (local.py): sandboxed children on this machine; on a multi-GPU host one lane per GPU,
+  each child pinned with CUDA_VISIBLE_DEVICES.
+* `ray` (ray_pool.py, the `kernel-agent[ray]` extra): each candidate is a Ray build/check task
+  and then a measure task that holds a whole GPU, or a node's `kernel_agent_cpu_timer`
+  resource, so Ray's scheduler keeps timings apart across every client of the cluster.
 """
 
+from agents.evalpool.arguments import PoolArgumentError, add_pool_arguments, pool_settings
 from agents.evalpool.local import LocalPool, pin_env
 from agents.evalpool.service import (
+    BACKENDS,
     EVENT_KINDS,
     EvalEvent,
     EvalService,
     EventCallback,
     PoolSettings,
+    PoolSetupError,
     default_build_slots,
     make_pool,
 )
 
 __all__ = [
+    "BACKENDS",
     "EVENT_KINDS",
     "EvalEvent",
     "EvalService",
     "EventCallback",
     "LocalPool",
+    "PoolArgumentError",
     "PoolSettings",
+    "PoolSetupError",
+    "add_pool_arguments",
     "default_build_slots",
     "make_pool",
     "pin_env",
+    "pool_settings",
 ]

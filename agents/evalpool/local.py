@@ -179,6 +179,10 @@ class LocalPool:
         """Accept submissions again after `cancel_all`, once the drained jobs have ended."""
         self._closing.clear()
 
+    def close(self) -> None:
+        """Nothing outlives a job here: closing only drains what still runs."""
+        self.cancel_all()
+
     def running_pids(self) -> list[int]:
         """Process ids of the children now alive (tests kill them; the server reports them)."""
         with self._lock:

@@ -1,7 +1,7 @@
 """What the search (and later the server) sees of an evaluation pool: submit, events, cancel.
 
-A backend (`local` here; Ray later) decides where candidates run. Every backend keeps one
-promise: no two timings on the same device overlap, whatever else runs in parallel.
+A backend (`local`, or `ray` for a Ray cluster) decides where candidates run. Every backend
+keeps one promise: no two timings on the same device overlap, whatever else runs in parallel.
 """
 
 from __future__ import annotations
@@ -12,9 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from agents.evaluate import EvalOptions
+from agents.evaluate import EvalError, EvalOptions
 from agents.task import SourceFile
 from agents.verify.verdict import EvalResult
+
+BACKENDS = ("local", "ray")
+
+
+class PoolSetupError(EvalError, ValueError):
+    """The backend cannot be set up as asked (unknown name, Ray missing): one line."""
+
 
 EVENT_KINDS = ("queued", "building", "measuring", "measured", "done")
 """`measuring` is sent when a job enters its device's measure lane, `measured` when it leaves
@@ -40,9 +47,13 @@ EventCallback = Callable[[EvalEvent], None]
 class PoolSettings:
     """Concurrency limits; None picks a default from this machine."""
 
-    backend: str = "local"
+    backend: str = "local"  # or "ray"
     build_slots: int | None = None  # None: max(1, cores - 1), one core left for timing
     gpus: int | None = None  # None: as many as torch sees (only asked on a first cuda job)
+    # The ray backend (agents/evalpool/ray_pool.py):
+    ray_address: str | None = None  # None: $RAY_ADDRESS, else a local Ray started here
+    ray_num_cpus: int | None = None  # a local Ray's CPUs; None: build_slots + 1, else all
+    ray_gpu_builds: int = 4  # cuda build/check tasks that may share one GPU (never a timing)
 
 
 def default_build_slots() -> int:
@@ -73,6 +84,15 @@ class EvalService(Protocol):
         submissions are refused, until `reopen`."""
         ...
 
+    def reopen(self) -> None:
+        """Accept submissions again after `cancel_all`."""
+        ...
+
+    def close(self) -> None:
+        """End the pool: what still runs is cancelled, and what the pool started (a local
+        Ray) is shut down."""
+        ...
+
 
 def make_pool(settings: PoolSettings | None = None, on_event: EventCallback | None = None):
     """The backend `settings` names."""
@@ -81,4 +101,16 @@ def make_pool(settings: PoolSettings | None = None, on_event: EventCallback | No
         from agents.evalpool.local import LocalPool
 
         return LocalPool(settings, on_event)
-    raise ValueError(f"unknown evaluation backend {settings.backend!r}: use 'local'")
+    if settings.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise PoolSetupError(
+                "the ray backend needs Ray: pip install 'kernel-agent[ray]'"
+            ) from None
+        from agents.evalpool.ray_pool import RayPool
+
+        return RayPool(settings, on_event)
+    raise PoolSetupError(
+        f"unknown evaluation backend {settings.backend!r}: use one of {', '.join(BACKENDS)}"
+    )

@@ -7,6 +7,7 @@ The parent survives anything the child does: a crash, a hang, an out-of-memory k
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import resource
@@ -96,11 +97,35 @@ def default_address_space() -> int:
     return max(int(pages * 0.75), 4 * 1024**3)
 
 
-def _limit_child(address_space: int | None, file_size: int) -> None:
+PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl():
+    """libc's prctl, looked up once in the parent: a forked child must not dlopen."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def _limit_child(address_space: int | None, file_size: int, parent: int | None = None) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     if address_space is not None:
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    # The child has its own session, so nothing would end it if the process that started it
+    # were killed (a Ray worker cancelled by force, a pool's parent killed): on Linux the
+    # kernel sends it SIGKILL when the thread that started it dies (run_child's thread, which
+    # outlives the child anyway). It holds across execve, except into a set-user-ID binary.
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if parent is not None and os.getppid() != parent:
+            os._exit(1)  # the parent died before prctl took effect
 
 
 def project_root() -> Path:
@@ -180,6 +205,7 @@ def _run_in(
     if gate is not None:
         env.update(gate.env)
     started = time.monotonic()
+    parent = os.getpid()
     process = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -189,7 +215,7 @@ def _run_in(
         env=env,
         cwd=workdir,
         start_new_session=True,
-        preexec_fn=lambda: _limit_child(address_space, limits.file_size_bytes),
+        preexec_fn=lambda: _limit_child(address_space, limits.file_size_bytes, parent),
     )
     os.close(write_fd)
     os.close(gate_read)

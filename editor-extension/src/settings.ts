@@ -29,6 +29,8 @@ export const SERVER_KEYS: readonly string[] = [
   "memory.path",
   "memory.enabled",
   "jail",
+  "evalBackend",
+  "rayAddress",
   "maxJobs",
 ];
 
