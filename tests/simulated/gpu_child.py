@@ -1,0 +1,28 @@
+"""A sandboxed entry that stands in for a GPU timing on a machine without GPUs: it passes
+the measure gate like the reviewer does, "times" for a while, and reports which device
+CUDA_VISIBLE_DEVICES gave it and when it held the lane (tests/test_multi_gpu.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from agents.sandbox.channel import finish, open_request
+
+
+def main(argv: list[str]) -> None:
+    request, channel = open_request(argv)
+    channel.phase("run")
+    time.sleep(request["build_s"])  # the build lane: imports, compiles, correctness
+    channel.phase("measure")  # waits here until the pool grants this device's lane
+    began = time.monotonic()
+    time.sleep(request["measure_s"])
+    channel.send(
+        "result",
+        report={
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "began": began,
+            "ended": time.monotonic(),
+        },
+    )
+    finish()
