@@ -59,6 +59,12 @@ def add_bench_parser(commands) -> None:
         "--memory", type=Path, default=None, help="--optimize: memory file (default: fresh)"
     )
     bench.add_argument("--max-evals", type=int, default=40, help="--optimize: per problem")
+    bench.add_argument(
+        "--parallel-evals",
+        type=int,
+        default=1,
+        help="--optimize: candidates built and checked at once (timings stay one per device)",
+    )
     add_pool_arguments(bench)
 
 
@@ -170,6 +176,8 @@ def _run_optimize(paths: list[Path], args: argparse.Namespace, argv: list[str]) 
 
     if args.max_evals < 1:
         raise EvalError("--max-evals must be at least 1")
+    if args.parallel_evals < 1:
+        raise EvalError("--parallel-evals must be at least 1")
     d = OFFLINE_DEFAULTS
     options = OptimizeBenchOptions(
         eval=EvalOptions(
@@ -186,11 +194,12 @@ def _run_optimize(paths: list[Path], args: argparse.Namespace, argv: list[str]) 
             iterations=d["iters"],
             patience=d["patience"],
             repairs=d["repairs"],
+            parallel_evals=args.parallel_evals,
         ),
         budget=Budget(max_evals=args.max_evals),
         memory=args.memory,
         command="kernel-agent " + shlex.join(argv),
-        pool=pool_settings(args),
+        pool=pool_settings(args, build_slots=args.parallel_evals),
     )
     console = Console(stderr=args.json)
     with Progress(
