@@ -18,16 +18,22 @@ import pytest
 from agents.evalpool import EvalEvent, LocalPool, PoolSettings
 from agents.evaluate import EvalOptions, cache_dir
 from agents.sandbox.process import run_child
+from agents.task import SourceFile
 from agents.verify.verdict import EvalResult, Verdict
-from tests.test_evalpool import HONEST, OPTIONS, REFERENCE
+from tests.test_evalpool import OPTIONS, REFERENCE
 
 BUILD_S, MEASURE_S = 0.2, 0.6
 
 
+def simulated(build_s: float, measure_s: float) -> SourceFile:
+    return SourceFile(f"{build_s} {measure_s}", "/virtual/simulated.py")
+
+
 def simulated_evaluate(reference, candidate, options: EvalOptions, cancel=None, gate=None):
     """`evaluate` with the reviewer swapped for tests/simulated/gpu_child.py."""
+    build_s, measure_s = (float(v) for v in candidate.text.split())
     outcome = run_child(
-        {"build_s": BUILD_S, "measure_s": MEASURE_S},
+        {"build_s": build_s, "measure_s": measure_s},
         device="cpu",  # no CUDA here: the lane and the pinning are what is under test
         threads=1,
         build_cache=cache_dir(options) / "build" / "simulated",
@@ -58,7 +64,9 @@ def test_candidates_spread_over_simulated_gpus_with_one_timing_per_gpu(monkeypat
     options = replace(OPTIONS, device="cuda")
 
     async def main():
-        return await asyncio.gather(*(pool.submit(REFERENCE, HONEST, options) for _ in range(jobs)))
+        return await asyncio.gather(
+            *(pool.submit(REFERENCE, simulated(BUILD_S, MEASURE_S), options) for _ in range(jobs))
+        )
 
     results = asyncio.run(main())
     reports = [json.loads(r.reasons[0]) for r in results]  # each child's own report
@@ -83,3 +91,29 @@ def test_candidates_spread_over_simulated_gpus_with_one_timing_per_gpu(monkeypat
     if gpus > 1:
         firsts = [min(spans)[0] for spans in intervals.values()]
         assert max(firsts) - min(firsts) < MEASURE_S, "the GPUs' lanes did not run in parallel"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_builds_stop_while_a_timing_on_their_device_runs(monkeypatch, device):
+    """No build makes progress while a timing it would disturb runs, and the time it spent
+    stopped does not count against its own wall clock."""
+    monkeypatch.setattr("agents.evalpool.local.evaluate", simulated_evaluate)
+    pool = LocalPool(PoolSettings(build_slots=5, gpus=2))
+    options = replace(OPTIONS, device=device, limits=replace(OPTIONS.limits, run_timeout_s=3.0))
+    # Staggered builds, so timings start while other builds are in full swing.
+    candidates = [simulated(0.3 + 0.4 * i, 0.5) for i in range(4)] + [simulated(2.5, 0.5)]
+
+    async def main():
+        return await asyncio.gather(*(pool.submit(REFERENCE, c, options) for c in candidates))
+
+    results = asyncio.run(main())
+    assert all(r.verdict is Verdict.CORRECT for r in results), [r.reasons for r in results]
+    reports = [json.loads(r.reasons[0]) for r in results]
+    for timing in reports:
+        for build in reports:
+            if build is timing or (device == "cuda" and build["visible"] != timing["visible"]):
+                continue
+            inside = [b for b in build["beats"] if timing["began"] + 0.05 < b < timing["ended"]]
+            assert not inside, f"a build ran {len(inside)} beats into a timing"
+    # The last build (2.5 s of work, 3 s allowed) was stopped for others' timings (2 s in
+    # all on the CPU) and still finished: stopped time is not its time.

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agents.evalpool.pause import continue_pids, stop_tree
 from agents.evalpool.service import EvalEvent, EventCallback, PoolSettings, default_build_slots
 from agents.evaluate import EvalCancelled, EvalError, EvalOptions, evaluate
 from agents.task import SourceFile
@@ -78,6 +79,13 @@ class _Job:
     listeners: list[EventCallback] = field(default_factory=list)
     pid: int | None = None
     building: bool = False
+    pauses: int = 0  # timings now holding this build stopped
+    stopped: list[int] = field(default_factory=list)
+    paused_since: float = 0.0
+    paused_total: float = 0.0
+
+    def paused_s(self) -> float:
+        return self.paused_total + (time.monotonic() - self.paused_since if self.pauses else 0.0)
 
 
 class _Gate:
@@ -92,17 +100,23 @@ class _Gate:
         return dict(self._job.env)
 
     def started(self, pid: int) -> None:
-        self._job.pid = pid
+        self._pool._started(self._job, pid)
+
+    def paused_s(self) -> float:
+        """How long this child's build was stopped for other timings (not its own time)."""
+        return self._job.paused_s()
 
     def acquire(self, cancel: threading.Event | None) -> bool:
         self._pool._leave_build(self._job)
         if not self._pool._lanes[self._job.lane].acquire(self._job.cancel):
             return False
+        self._pool._begin_measure(self._job)
         self._pool._emit(self._job, "measuring", self._job.lane)
         return True
 
     def release(self) -> None:
         self._pool._emit(self._job, "measured", self._job.lane)
+        self._pool._end_measure(self._job)
         self._pool._lanes[self._job.lane].release()
 
 
@@ -125,6 +139,8 @@ class LocalPool:
         self._lock = threading.Lock()
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
+        self._measuring: dict[int, _Job] = {}  # job id → the job timing now
+        self._paused_by: dict[int, list[_Job]] = {}  # timing job id → builds it stopped
 
     # -- the service --------------------------------------------------------------------------
 
@@ -259,6 +275,51 @@ class LocalPool:
             self._leave_build(job)
             job.pid = None
             self._emit(job, "done", job.lane, verdict)
+
+    # -- builds stop while a timing on their device runs ----------------------------------------
+
+    @staticmethod
+    def _disturbs(build: _Job, timing: _Job) -> bool:
+        """A CPU timing is disturbed by every build on this machine; a GPU's, by the builds
+        of candidates on that GPU (their correctness trials run there)."""
+        return build.building and (timing.lane == "cpu" or build.lane == timing.lane)
+
+    def _started(self, job: _Job, pid: int) -> None:
+        with self._lock:
+            job.pid = pid
+            for timing in self._measuring.values():
+                if self._disturbs(job, timing):
+                    self._pause(job)
+                    self._paused_by[timing.id].append(job)
+
+    def _begin_measure(self, timing: _Job) -> None:
+        with self._lock:
+            self._measuring[timing.id] = timing
+            paused = [j for j in self._jobs.values() if j.pid and self._disturbs(j, timing)]
+            self._paused_by[timing.id] = paused
+            for job in paused:
+                self._pause(job)
+
+    def _end_measure(self, timing: _Job) -> None:
+        with self._lock:
+            self._measuring.pop(timing.id, None)
+            for job in self._paused_by.pop(timing.id, []):
+                self._resume(job)
+
+    @staticmethod
+    def _pause(job: _Job) -> None:
+        job.pauses += 1
+        if job.pauses == 1 and job.pid:
+            job.paused_since = time.monotonic()
+            job.stopped = stop_tree(job.pid)
+
+    @staticmethod
+    def _resume(job: _Job) -> None:
+        job.pauses -= 1
+        if job.pauses == 0:
+            continue_pids(job.stopped)
+            job.paused_total += time.monotonic() - job.paused_since
+            job.stopped = []
 
     def _leave_build(self, job: _Job) -> None:
         with self._lock:

@@ -58,6 +58,9 @@ class MeasureGate(Protocol):
 
     def release(self) -> None: ...
 
+    # Optional: `paused_s()`, the seconds the pool has kept this child stopped so far (for
+    # another child's timing); they do not count against its wall clock.
+
 
 @dataclass
 class ChildOutcome:
@@ -245,6 +248,9 @@ def _collect(
     buffers = {"result": b"", "stdout": b"", "stderr": b""}
     open_streams = 3
     phase_started = started
+    # Time a pool kept this child stopped for another's timing is not its own time.
+    paused_s = getattr(gate, "paused_s", None) or (lambda: 0.0)
+    paused_at_phase = paused_s()
     prefix = nonce.encode() + b" "
     exited_at = 0.0
     while open_streams:
@@ -256,7 +262,7 @@ def _collect(
             if outcome.phase in ("start", "build")
             else (limits.run_timeout_s)
         )
-        remaining = phase_started + limit - time.monotonic()
+        remaining = phase_started + limit + paused_s() - paused_at_phase - time.monotonic()
         if remaining <= 0:
             outcome.timed_out_phase = "build" if outcome.phase in ("start", "build") else "run"
             return
@@ -288,6 +294,7 @@ def _collect(
                         outcome.cancelled = True
                         return
                     phase_started = time.monotonic()  # waiting for the lane is not run time
+                    paused_at_phase = paused_s()
         if process.poll() is not None:
             # Streams a leftover grandchild holds open must not keep us waiting.
             exited_at = exited_at or time.monotonic()
