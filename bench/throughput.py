@@ -415,7 +415,7 @@ def markdown(report: dict) -> str:
             f"{100 * ISOLATION_TOLERANCE:.0f}%):",
             "",
             "| kernel | alone ms (median) | busy ms (median) | busy/alone | pass "
-            "| timing overlapped by builds |",
+            "| timing with builds in flight (stopped meanwhile) |",
             "|---|---|---|---|---|---|",
         ]
         for r in iso["kernels"]:

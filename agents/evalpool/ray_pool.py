@@ -5,8 +5,9 @@
   other than correct is final.
 * MEASURE: the full `evaluate` (it re-checks correctness: the build task's verdict is never
   trusted), preferably on the node that built it (soft node affinity). cuda: a whole GPU, so no
-  check task shares it while it times; cpu: one CPU and the `kernel_agent_cpu_timer` resource,
-  which each node declares once, so one CPU timing at a time per node.
+  check task shares it while it times; cpu: the `kernel_agent_cpu_timer` resource, which each
+  node declares once, so one CPU timing at a time per node, and all of that node's CPUs, so no
+  build runs beside it (Ray starts it once the node's running tasks are done).
 
 Both run `agents.evaluate.evaluate` in a Ray worker, which starts the same sandboxed child (jail,
 limits, scrubbed environment) as the local backend. The `agents` package travels in the task's
@@ -236,6 +237,7 @@ class RayPool:
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
         self._checked: set[str] = set()
+        self._cpus: dict[str, float] = {}  # node id → its CPUs, for CPU timings
         self._timers: set[threading.Timer] = set()  # forced cancels waiting for their time
         self._shut = False
         self._boot = _boot_id()
@@ -444,8 +446,10 @@ class RayPool:
                 num_cpus=1, num_gpus=1, scheduling_strategy=strategy, runtime_env=self._runtime_env
             )
         else:
+            # Every CPU of the node, so no build (nor anything else of ours) runs beside the
+            # timing there: a build beside a CPU timing slowed it 2-14x on 2 cores.
             measure = _remote_judge.options(
-                num_cpus=1,
+                num_cpus=self._node_cpus(where["node"] if where else None),
                 resources={CPU_TIMER: 1},
                 scheduling_strategy=strategy,
                 runtime_env=self._runtime_env,
@@ -522,6 +526,17 @@ class RayPool:
         if kind == "EvalCancelled":
             raise EvalCancelled(message)
         return _failed(f"the evaluation worker failed: {message}", options)
+
+    def _node_cpus(self, node: str | None) -> float:
+        """The CPUs of `node` (the one that built the candidate), 1 if it is unknown."""
+        if node is None:
+            return 1
+        if node not in self._cpus:
+            with contextlib.suppress(Exception):
+                for entry in ray.nodes():
+                    if entry.get("Alive"):
+                        self._cpus[entry["NodeID"]] = entry.get("Resources", {}).get("CPU", 1)
+        return self._cpus.get(node, 1)
 
     def _lane(self, device: str, where: dict[str, Any]) -> str:
         lane = "cpu" if device != "cuda" else f"cuda:{(where['gpus'] or ['0'])[0]}"
