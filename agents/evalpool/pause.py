@@ -18,7 +18,11 @@ from pathlib import Path
 def descendants(root: int) -> list[int]:
     """`root` and every process below it (by parent pid), read from /proc."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:  # no /proc (not Linux): the child alone
+        return [root]
+    for entry in entries:
         if not entry.name.isdigit():
             continue
         try:
