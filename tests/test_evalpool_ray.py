@@ -27,13 +27,9 @@ from agents.evalpool.ray_pool import (  # noqa: E402
     task_runtime_env,
 )
 from agents.evaluate import EvalCancelled, EvalError, EvalOptions  # noqa: E402
-from agents.llm.accounting import CostMeter  # noqa: E402
-from agents.llm.config import LLMConfig  # noqa: E402
-from agents.llm.factory import make_chat_model  # noqa: E402
-from agents.roles.llm_roles import LLMExecutor, LLMPlanner, LLMRepairer, LLMSummarizer  # noqa: E402
 from agents.sandbox.env import is_sensitive  # noqa: E402
 from agents.sandbox.jail import find_jail  # noqa: E402
-from agents.search.beam import Roles, Search, SearchConfig, run_search  # noqa: E402
+from agents.search.beam import Search, SearchConfig, run_search  # noqa: E402
 from agents.search.budget import Budget  # noqa: E402
 from agents.task import SourceFile  # noqa: E402
 from agents.verify.verdict import Verdict  # noqa: E402
@@ -48,6 +44,7 @@ from tests.test_search import (  # noqa: E402
     Script,
     code_reply,
     plan_reply,
+    scripted_roles,
 )
 
 BROKEN_SYNTAX = SourceFile(text="class ModelNew(:\n    pass\n", path="/virtual/syntax.py")
@@ -300,15 +297,7 @@ def test_the_beam_search_runs_unchanged_on_the_ray_backend(pool, tmp_path):
     assert isinstance(ray_pool, RayPool) and not ray_pool.owns_ray
 
     async def go(server):
-        meter = CostMeter()
-        config = LLMConfig(backend="anthropic", base_url=server.anthropic_url, api_key="sk-x")
-        model = make_chat_model(config)
-        roles = Roles(
-            LLMPlanner(model, meter),
-            LLMExecutor(model, meter),
-            LLMRepairer(model, meter),
-            LLMSummarizer(model, meter),
-        )
+        roles, meter, model = scripted_roles(server)
         search = Search(
             SourceFile(PROBLEM.read_text(), str(PROBLEM)),
             roles,

@@ -302,17 +302,24 @@ def test_a_missing_key_is_one_sentence_that_says_how_to_set_it():
     assert "ANTHROPIC_API_KEY" in done.stderr and "--llm offline" in done.stderr
 
 
+def scripted_roles(server):
+    """The four LLM roles on one anthropic client that talks to the scripted `server`:
+    (roles, meter, model); the caller closes the model."""
+    meter = CostMeter()
+    config = LLMConfig(backend="anthropic", base_url=server.anthropic_url, api_key="sk-x")
+    model = make_chat_model(config)
+    roles = Roles(
+        LLMPlanner(model, meter),
+        LLMExecutor(model, meter),
+        LLMRepairer(model, meter),
+        LLMSummarizer(model, meter),
+    )
+    return roles, meter, model
+
+
 def _in_process_search(server, tmp_path, cancel=None, on_event=None, seed=0, evals=20):
     async def go():
-        meter = CostMeter()
-        config = LLMConfig(backend="anthropic", base_url=server.anthropic_url, api_key="sk-x")
-        model = make_chat_model(config)
-        roles = Roles(
-            LLMPlanner(model, meter),
-            LLMExecutor(model, meter),
-            LLMRepairer(model, meter),
-            LLMSummarizer(model, meter),
-        )
+        roles, meter, model = scripted_roles(server)
         store = MemoryStore(tmp_path / f"m{seed}-{time.monotonic_ns()}.sqlite3")
         search = Search(
             SourceFile(PROBLEM.read_text(), str(PROBLEM)),
