@@ -117,3 +117,20 @@ def test_builds_stop_while_a_timing_on_their_device_runs(monkeypatch, device):
             assert not inside, f"a build ran {len(inside)} beats into a timing"
     # The last build (2.5 s of work, 3 s allowed) was stopped for others' timings (2 s in
     # all on the CPU) and still finished: stopped time is not its time.
+
+
+def test_two_pools_never_time_one_device_at_once(monkeypatch, tmp_path):
+    """Two processes' pools (two server jobs, or a CLI run beside the editor) share the
+    machine-wide lock of each device: their timings follow one another too."""
+    monkeypatch.setattr("agents.evalpool.local.evaluate", simulated_evaluate)
+    pools = [LocalPool(PoolSettings(build_slots=2, lock_dir=tmp_path)) for _ in range(2)]
+    candidate = simulated(0.1, 0.4)
+
+    async def main():
+        jobs = [pool.submit(REFERENCE, candidate, OPTIONS) for pool in pools for _ in range(2)]
+        return await asyncio.gather(*jobs)
+
+    reports = [json.loads(r.reasons[0]) for r in asyncio.run(main())]
+    spans = sorted((r["began"], r["ended"]) for r in reports)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans)), spans
+    assert (tmp_path / "measure-cpu.lock").exists()

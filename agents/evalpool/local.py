@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agents.evalpool.devicelock import DeviceLock, default_lock_dir
 from agents.evalpool.pause import continue_pids, stop_tree
 from agents.evalpool.service import EvalEvent, EventCallback, PoolSettings, default_build_slots
 from agents.evaluate import EvalCancelled, EvalError, EvalOptions, evaluate
@@ -94,6 +95,7 @@ class _Gate:
     def __init__(self, pool: LocalPool, job: _Job) -> None:
         self._pool = pool
         self._job = job
+        self._device: DeviceLock
 
     @property
     def env(self) -> dict[str, str]:
@@ -110,6 +112,12 @@ class _Gate:
         self._pool._leave_build(self._job)
         if not self._pool._lanes[self._job.lane].acquire(self._job.cancel):
             return False
+        # Then the device machine-wide (other kernel-agent processes), and only then stop
+        # this pool's builds: they go on while another process times.
+        self._device = DeviceLock(self._pool._lock_dir, self._pool._device_key(self._job))
+        if not self._device.acquire(self._job.cancel):
+            self._pool._lanes[self._job.lane].release()
+            return False
         self._pool._begin_measure(self._job)
         self._pool._emit(self._job, "measuring", self._job.lane)
         return True
@@ -117,6 +125,7 @@ class _Gate:
     def release(self) -> None:
         self._pool._emit(self._job, "measured", self._job.lane)
         self._pool._end_measure(self._job)
+        self._device.release()
         self._pool._lanes[self._job.lane].release()
 
 
@@ -139,6 +148,7 @@ class LocalPool:
         self._lock = threading.Lock()
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
+        self._lock_dir = settings.lock_dir or default_lock_dir()
         self._measuring: dict[int, _Job] = {}  # job id → the job timing now
         self._paused_by: dict[int, list[_Job]] = {}  # timing job id → builds it stopped
 
@@ -275,6 +285,17 @@ class LocalPool:
             self._leave_build(job)
             job.pid = None
             self._emit(job, "done", job.lane, verdict)
+
+    @staticmethod
+    def _device_key(job: _Job) -> str:
+        """The physical device a job times on, as the machine-wide lock names it."""
+        if job.lane == "cpu":
+            return "cpu"
+        pinned = job.env.get("CUDA_VISIBLE_DEVICES")
+        if pinned is None:  # one GPU: this process's first visible one
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+            pinned = visible or job.lane.split(":")[1]
+        return f"cuda-{pinned}"
 
     # -- builds stop while a timing on their device runs ----------------------------------------
 

@@ -10,6 +10,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from agents.evaluate import EvalError, EvalOptions
@@ -50,6 +51,7 @@ class PoolSettings:
     backend: str = "local"  # or "ray"
     build_slots: int | None = None  # None: max(1, cores - 1), one core left for timing
     gpus: int | None = None  # None: as many as torch sees (only asked on a first cuda job)
+    lock_dir: Path | None = None  # machine-wide measure locks; None: the user cache directory
     # The ray backend (agents/evalpool/ray_pool.py):
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a local Ray started here
     ray_num_cpus: int | None = None  # a local Ray's CPUs; None: build_slots + 1, else all
