@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device call for what is left of issues 6, 9 and 10 on a lent one-GPU H200:
+#   1. the evaluation pool's throughput against workers, and the alone/busy isolation check
+#      (bench/throughput.py, local backend: Ray is not on the device image);
+#   2. the offline optimizer's H200 table for problems START.. (issue 6), one JSON row at a time,
+#      so a call cut by its time limit keeps every finished problem.
+# Usage (from the repository root, wheels of the non-image packages carried as .whl/):
+#   bash bench/run_h200_pool_and_optimize.sh [START] [LIMIT] [SECONDS_FOR_OPTIMIZE]
+# Writes under ${OUT:-out}/: throughput-h200.json, optimize-h200-START.json and logs.
+set -uo pipefail
+start=${1:-11}
+limit=${2:-10}
+budget=${3:-420}
+out=${OUT:-out}
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+python3 -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())' \
+  | tee -a "$out/gpu.txt"
+timeout 300 python3 bench/throughput.py --device cuda --size gpu --backends local \
+  --problems 3 --workers 1,2,4 --isolation-kernels 2 --isolation-rounds 2 --out "$out/throughput-h200.json" --markdown \
+  > "$out/throughput-h200.log" 2>&1
+echo "throughput: exit $?"; tail -n 25 "$out/throughput-h200.log"
+timeout "$budget" python3 -m agents bench bench/problems --optimize --device cuda --size gpu \
+  --timing-budget 1 --max-evals 12 --start "$start" --limit "$limit" \
+  --out "$out/optimize-h200-$start.json" > "$out/optimize-h200-$start.log" 2>&1
+echo "optimize: exit $? (124: cut by the time limit; finished rows are in the JSON)"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print([(x['problem'], x['verdict'], x['speedup'], x['wall_s']) for x in r['rows']])" \
+  "$out/optimize-h200-$start.json" 2>/dev/null
