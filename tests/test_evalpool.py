@@ -179,8 +179,12 @@ def test_caller_cancel_event_and_task_cancellation_kill_the_child():
         pids = pool.running_pids()
         cancel.set()
         second.cancel()
-        with pytest.raises(EvalCancelled):
-            await first
+        try:
+            result = await first
+        except EvalCancelled:
+            pass
+        else:  # once seen in a full run under load: say what came back instead
+            pytest.fail(f"not cancelled: {result.verdict.value}: {result.reasons}, pids {pids}")
         with pytest.raises(asyncio.CancelledError):
             await second
         for _ in range(100):
