@@ -5,12 +5,14 @@
 #   2. the offline optimizer's H200 table for problems START.. (issue 6), one JSON row at a time,
 #      so a call cut by its time limit keeps every finished problem.
 # Usage (from the repository root, wheels of the non-image packages carried as .whl/):
-#   bash bench/run_h200_pool_and_optimize.sh [START] [LIMIT] [SECONDS_FOR_OPTIMIZE]
+#   bash bench/run_h200_pool_and_optimize.sh [START] [LIMIT] [SECONDS_IN_ALL] [PARALLEL_EVALS]
+# The optimizer gets what is left of SECONDS_IN_ALL after the throughput run.
 # Writes under ${OUT:-out}/: throughput-h200.json, optimize-h200-START.json and logs.
 set -uo pipefail
 start=${1:-11}
 limit=${2:-10}
-budget=${3:-420}
+deadline=$((SECONDS + ${3:-560}))
+parallel=${4:-4}
 out=${OUT:-out}
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -22,12 +24,18 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 python3 -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count())' \
   | tee -a "$out/gpu.txt"
-timeout 300 python3 bench/throughput.py --device cuda --size gpu --backends local \
-  --problems 3 --workers 1,2,4 --isolation-kernels 2 --isolation-rounds 2 --out "$out/throughput-h200.json" --markdown \
+# torch-compile candidates are left out: a max-autotune compile takes minutes on the H200.
+timeout 360 python3 bench/throughput.py --device cuda --size gpu --backends local \
+  --problems 8 --skip-passes torch-compile --workers 1,2,4,8 --isolation-kernels 3 \
+  --isolation-rounds 2 --timing-budget 0.5 --out "$out/throughput-h200.json" --markdown \
   > "$out/throughput-h200.log" 2>&1
-echo "throughput: exit $?"; tail -n 25 "$out/throughput-h200.log"
-timeout "$budget" python3 -m agents bench bench/problems --optimize --device cuda --size gpu \
-  --timing-budget 1 --max-evals 12 --start "$start" --limit "$limit" \
+echo "throughput: exit $? (124: cut; the JSON keeps the finished stages)"
+tail -n 30 "$out/throughput-h200.log"
+left=$((deadline - SECONDS))
+echo "optimize: ${left} s left"
+[ "$left" -gt 60 ] || exit 0
+timeout "$left" python3 -m agents bench bench/problems --optimize --device cuda --size gpu \
+  --timing-budget 1 --max-evals 12 --start "$start" --limit "$limit" --parallel-evals "$parallel" \
   --out "$out/optimize-h200-$start.json" > "$out/optimize-h200-$start.log" 2>&1
 echo "optimize: exit $? (124: cut by the time limit; finished rows are in the JSON)"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print([(x['problem'], x['verdict'], x['speedup'], x['wall_s']) for x in r['rows']])" \

@@ -38,7 +38,8 @@ building, so a "busy" sample that happened to run alone is visible.
 
 Options: --device, --size, --backends, --workers, --problems N, --timing-budget S, --rounds R,
 --isolation-backend, --isolation-workers (default: the pool's default, cores - 1),
---isolation-kernels K, --isolation-rounds R, --no-isolation, --gpus, --no-jail, --out, --markdown.
+--isolation-kernels K, --isolation-rounds R, --no-isolation, --skip-passes, --gpus, --no-jail,
+--out (written after each stage; `complete` says whether the run finished), --markdown.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -84,8 +86,11 @@ class Item:
 # --- the batch ------------------------------------------------------------------------------
 
 
-async def build_batch(paths: list[Path], options: EvalOptions) -> tuple[list[Item], list[dict]]:
-    """The eager reference and the offline executor's root candidates of each problem."""
+async def build_batch(
+    paths: list[Path], options: EvalOptions, skip: frozenset[str] = frozenset()
+) -> tuple[list[Item], list[dict]]:
+    """The eager reference and the offline executor's root candidates of each problem,
+    less the passes named in `skip` (recorded as skipped, never run)."""
     from agents.offline.roles import OfflineExecutor, OfflinePlanner
     from agents.roles.base import Plan, PlanningContext
     from agents.search.knowledge import skill_briefs
@@ -122,6 +127,12 @@ async def build_batch(paths: list[Path], options: EvalOptions) -> tuple[list[Ite
             gated=False,
         )
         ranked = OfflinePlanner(None, options.device).rank(context)
+        passes.extend(
+            {"problem": name, "pass": r.name, "emitted": False, "note": "skipped (--skip-passes)"}
+            for r in ranked
+            if r.name in skip
+        )
+        ranked = [r for r in ranked if r.name not in skip]
         executor = OfflineExecutor(reference, options)
         outputs = await asyncio.gather(*(run_pass(executor, context, r) for r in ranked))
         for choice, output in zip(ranked, outputs, strict=True):
@@ -269,7 +280,8 @@ async def run_config(backend: str, workers: int, batch: list[Item], gpus: int | 
 
 
 def summarise(runs: list[dict], backends: list[str], workers: list[int], device: str) -> list:
-    """One row per (backend, workers): the median-wall round, and speedup over 1 worker."""
+    """One row per (backend, workers) run so far: the median-wall round, and the speedup over
+    the first worker count."""
     rows = []
     for backend in backends:
         base = None
@@ -278,6 +290,8 @@ def summarise(runs: list[dict], backends: list[str], workers: list[int], device:
                 (r for r in runs if r["backend"] == backend and r["workers"] == w),
                 key=lambda r: r["wall_s"],
             )
+            if not rounds:  # not run yet: a partial report
+                continue
             median_run = rounds[(len(rounds) - 1) // 2]
             row = {k: v for k, v in median_run.items() if k != "results"}
             row["device"] = device
@@ -306,9 +320,16 @@ async def drain(pool, events: list[EvalEvent]) -> None:
 
 
 async def isolation(
-    backend: str, workers: int, batch: list[Item], count: int, rounds: int, gpus: int | None
+    backend: str,
+    workers: int,
+    batch: list[Item],
+    count: int,
+    rounds: int,
+    gpus: int | None,
+    on_kernel: Callable[[list[dict]], None] = lambda rows: None,
 ) -> list[dict]:
-    """Each kernel's median time alone and with the rest of the batch building."""
+    """Each kernel's median time alone and with the rest of the batch building; `on_kernel`
+    gets the rows so far after each kernel (so a run cut short keeps them)."""
     kernels = [i for i in batch if i.kind == "reference"][:count]
     events: list[EvalEvent] = []
     pool = make_pool(settings_for(backend, workers, gpus), on_event=events.append)
@@ -368,6 +389,7 @@ async def isolation(
                     "verdicts": dict(Counter(verdicts)),
                 }
             )
+            on_kernel(rows)
     finally:
         pool.close()
     return rows
@@ -472,6 +494,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch threads of each child (default: all cores, as the pool uses today)",
     )
     parser.add_argument("--gpus", type=int, default=None, help="cuda lanes (default: all)")
+    parser.add_argument(
+        "--skip-passes",
+        type=_names,
+        default=[],
+        help="offline passes left out of the batch, e.g. torch-compile (max-autotune "
+        "compiles take minutes each on a GPU)",
+    )
     parser.add_argument("--no-jail", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--markdown", action="store_true", help="print plain markdown")
@@ -479,12 +508,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [b for b in args.backends if b not in ("local", "ray")]
     if unknown or not args.backends:
         parser.error(f"--backends: use local and/or ray, not {unknown}")
+    from agents.offline.registry import PASSES
+
+    for name in args.skip_passes:
+        if name not in PASSES:
+            parser.error(f"--skip-passes: unknown pass {name}; known: {', '.join(PASSES)}")
     if not args.workers or min(args.workers) < 1 or args.rounds < 1:
         parser.error("--workers and --rounds must be at least 1")
     return args
 
 
-async def run(args: argparse.Namespace) -> dict:
+async def run(args: argparse.Namespace, save: Callable[[dict], None] = lambda r: None) -> dict:
+    """The whole benchmark; `save` gets the report after each stage (a run cut by a time
+    limit keeps what it finished, marked `"complete": false`)."""
+    import torch
+
     started = time.monotonic()
     options = EvalOptions(
         device=args.device,
@@ -495,49 +533,10 @@ async def run(args: argparse.Namespace) -> dict:
     )
     paths = discover(PROBLEMS)[: args.problems]
     say(f"building the batch from {len(paths)} problem(s)...")
-    batch, passes = await build_batch(paths, options)
+    batch, passes = await build_batch(paths, options, frozenset(args.skip_passes))
     batch_s = time.monotonic() - started
     say(f"batch: {len(batch)} candidates in {batch_s:.0f} s: {Counter(i.kind for i in batch)}")
-
-    warmup = {}
-    for backend in [] if args.no_warmup else args.backends:
-        w = max(args.workers)
-        say(f"warm-up: {backend}, {w} worker(s) (untimed)")
-        run_ = await run_config(backend, w, batch, args.gpus)
-        warmup[backend] = {"workers": w, "wall_s": run_["wall_s"], "verdicts": run_["verdicts"]}
-    runs = []
-    for round_ in range(args.rounds):
-        for backend in args.backends:
-            for w in args.workers:
-                say(f"round {round_ + 1}: {backend}, {w} worker(s)")
-                result = await run_config(backend, w, batch, args.gpus)
-                result["round"] = round_ + 1
-                say(
-                    f"  {result['wall_s']:.1f} s, {result['candidates_per_min']:.1f}/min, "
-                    f"{result['verdicts']}"
-                )
-                runs.append(result)
-
-    iso = None
-    if not args.no_isolation:
-        backend = args.isolation_backend or args.backends[0]
-        workers = args.isolation_workers or default_build_slots()
-        say(f"isolation: {backend}, {workers} worker(s), {args.isolation_rounds} round(s)")
-        kernels = await isolation(
-            backend, workers, batch, args.isolation_kernels, args.isolation_rounds, args.gpus
-        )
-        iso = {
-            "backend": backend,
-            "workers": workers,
-            "rounds": args.isolation_rounds,
-            "tolerance": ISOLATION_TOLERANCE,
-            "kernels": kernels,
-            "all_passed": all(k["passed"] for k in kernels),
-        }
-
-    import torch
-
-    return {
+    report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_name(args.device),
         "cores": default_threads(),
@@ -550,6 +549,7 @@ async def run(args: argparse.Namespace) -> dict:
         "rounds": args.rounds,
         "threads": args.threads or default_threads(),
         "warmup_pass": not args.no_warmup,
+        "skipped_passes": sorted(args.skip_passes),
         "method": "one untimed warm-up pass per backend at the largest worker count, then "
         "--rounds interleaved rounds; the table shows each configuration's median-wall round",
         "batch": {
@@ -560,13 +560,73 @@ async def run(args: argparse.Namespace) -> dict:
             "passes": passes,
             "build_s": round(batch_s, 1),
         },
-        "warmup": warmup,
-        "throughput": summarise(runs, args.backends, args.workers, args.device),
-        "runs": runs,
-        "isolation": iso,
-        "ray_imported": "ray" in sys.modules,
-        "total_s": round(time.monotonic() - started, 1),
+        "warmup": {},
+        "throughput": [],
+        "runs": [],
+        "isolation": None,
+        "complete": False,
     }
+
+    def stage() -> None:
+        report["ray_imported"] = "ray" in sys.modules
+        report["total_s"] = round(time.monotonic() - started, 1)
+        save(report)
+
+    for backend in [] if args.no_warmup else args.backends:
+        w = max(args.workers)
+        say(f"warm-up: {backend}, {w} worker(s) (untimed)")
+        run_ = await run_config(backend, w, batch, args.gpus)
+        report["warmup"][backend] = {
+            "workers": w,
+            "wall_s": run_["wall_s"],
+            "verdicts": run_["verdicts"],
+        }
+    runs = report["runs"]
+    for round_ in range(args.rounds):
+        for backend in args.backends:
+            for w in args.workers:
+                say(f"round {round_ + 1}: {backend}, {w} worker(s)")
+                result = await run_config(backend, w, batch, args.gpus)
+                result["round"] = round_ + 1
+                say(
+                    f"  {result['wall_s']:.1f} s, {result['candidates_per_min']:.1f}/min, "
+                    f"{result['verdicts']}"
+                )
+                runs.append(result)
+                report["throughput"] = summarise(runs, args.backends, args.workers, args.device)
+                stage()
+
+    if not args.no_isolation:
+        backend = args.isolation_backend or args.backends[0]
+        workers = args.isolation_workers or default_build_slots()
+        say(f"isolation: {backend}, {workers} worker(s), {args.isolation_rounds} round(s)")
+        iso: dict[str, Any] = {
+            "backend": backend,
+            "workers": workers,
+            "rounds": args.isolation_rounds,
+            "tolerance": ISOLATION_TOLERANCE,
+            "kernels": [],
+            "all_passed": False,
+        }
+        report["isolation"] = iso
+
+        def kernel_done(rows: list[dict]) -> None:
+            iso["kernels"] = list(rows)
+            iso["all_passed"] = all(k["passed"] for k in rows)
+            stage()
+
+        await isolation(
+            backend,
+            workers,
+            batch,
+            args.isolation_kernels,
+            args.isolation_rounds,
+            args.gpus,
+            on_kernel=kernel_done,
+        )
+    report["complete"] = True
+    stage()
+    return report
 
 
 def say(message: str) -> None:
@@ -575,10 +635,13 @@ def say(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    report = asyncio.run(run(args))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+    def save(report: dict) -> None:
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+    report = asyncio.run(run(args, save))
     if args.markdown:
         print(markdown(report))
     else:

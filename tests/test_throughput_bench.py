@@ -126,3 +126,35 @@ def test_ray_backend_json(tmp_path):
     report = _run(tmp_path, "--backends", "ray", "--workers", "1", "--no-isolation")
     _check_runs(report, "ray", [1])
     assert report["isolation"] is None
+
+
+def test_skipped_passes_are_recorded_and_never_run():
+    """`--skip-passes` (for the GPU run, where max-autotune compiles take minutes) leaves a
+    pass out of the batch and says so in the JSON."""
+    import asyncio
+
+    from agents.evaluate import EvalOptions
+
+    throughput = _module()
+    paths = throughput.discover(throughput.PROBLEMS)[:1]
+    from agents.offline.registry import PASSES
+
+    skip = frozenset(PASSES)
+    args = throughput.parse(["--skip-passes", ",".join(sorted(skip))])
+    assert set(args.skip_passes) == skip
+    items, passes = asyncio.run(throughput.build_batch(paths, EvalOptions(device="cpu"), skip))
+    assert [i.kind for i in items] == ["reference"]
+    assert passes and all(p["note"] == "skipped (--skip-passes)" for p in passes)
+    assert all(not p["emitted"] for p in passes)
+
+
+def test_an_unknown_skipped_pass_is_one_line():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--skip-passes", "torch-compiel"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "--skip-passes: unknown pass torch-compiel" in done.stderr
