@@ -137,7 +137,9 @@ def evaluate(
         cancel=cancel,
         gate=gate,
     )
-    if outcome.cancelled:
+    # A caller that cancelled gets no verdict, even when the child ended in the same instant
+    # (a killed child's closed streams would otherwise read as a crash).
+    if outcome.cancelled or (cancel is not None and cancel.is_set()):
         raise EvalCancelled("cancelled")
     result = judge(outcome, options)
     result.seed = seed

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents import pyast
+
 REFERENCE_CLASS = "Model"
 SIZES = ("default", "gpu")
 GPU_SIZES = "GPU_SIZES"
@@ -64,7 +66,7 @@ class Outline:
 def outline(source: SourceFile) -> Outline:
     """Parse without running; a syntax error becomes a one-line TaskLoadError."""
     try:
-        tree = ast.parse(source.text, filename=source.label)
+        tree = pyast.parse(source.text, filename=source.label)
     except SyntaxError as error:
         raise TaskLoadError(f"{source.label}:{error.lineno}: syntax error: {error.msg}") from None
     classes, functions, constants = [], [], {}

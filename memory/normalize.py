@@ -6,11 +6,12 @@ breaks. Hashing the normalised text lets the memory and the logbook spot those r
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import io
 import re
 import tokenize
+
+from agents import pyast
 
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
 _C_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
@@ -27,7 +28,7 @@ def normalized_source(code: str) -> str:
     indentation. Text that is not valid Python falls back to whitespace collapsing only.
     """
     try:
-        ast.parse(code)
+        pyast.parse(code)
         return _python_normalized(code)
     except (SyntaxError, ValueError, tokenize.TokenError, IndentationError):
         return _whitespace_normalized(code)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
+from agents import pyast
 from server.documents import node_text, parse_text
 from server.synth import parameters_and_call
 from server.targets import Target, find_definition, top_level
@@ -473,7 +474,7 @@ def _function_wrapper(
 def _signature(definition: str, name: str) -> tuple[str, str]:
     """The parameter list of `def name(...)` and the call passing each parameter on."""
     try:
-        module = ast.parse(definition)
+        module = pyast.parse(definition)
     except SyntaxError:
         return "*args", "*args"
     function = next(

@@ -17,6 +17,7 @@ import ast
 import io
 import tokenize
 
+from agents import pyast
 from agents.task import CANDIDATE_CLASS, REFERENCE_CLASS
 
 WRAPPER_MARK = "# --- kernel-agent: the optimisation target as a KernelBench Model ---"
@@ -41,7 +42,7 @@ def synthesize_problem(source: str, target: str) -> str:
     """The problem module text: `source` followed by a `Model` that calls `target`.
     `target` == "Model" returns `source` itself (after the same checks)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as error:
         raise SynthesisError(f"line {error.lineno}: syntax error: {error.msg}") from None
     defs = {

@@ -151,6 +151,13 @@ def test_scrubbed_environment_drops_every_credential(tmp_path: Path):
     assert is_sensitive("my_api_key") and not is_sensitive("PATH")
 
 
+def test_inductor_compiles_with_the_child_threads(tmp_path: Path):
+    """One compile worker made max-autotune's many Triton configurations compile serially."""
+    env = scrubbed_environment(tmp_path, tmp_path / "cache", threads=6, source={})
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "6" and env["OMP_NUM_THREADS"] == "6"
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path / "cache"))
+
+
 def test_without_a_jail_the_verdict_says_which_isolation_applied():
     result = run_eval("linear_relu.py", "linear_relu_honest.py", jail=False)
     assert result.verdict is Verdict.CORRECT

@@ -27,6 +27,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
+from agents import pyast
 from agents.offline import source as src
 from agents.offline.passes.base import PassError, Program
 
@@ -555,7 +556,7 @@ def _body_indent(method: str) -> str:
     """The indentation of a method's body (the user's, whatever width they use)."""
     lines = method.splitlines()
     try:
-        function = ast.parse(textwrap.dedent(method)).body[0]
+        function = pyast.parse(textwrap.dedent(method)).body[0]
         line = lines[function.body[0].lineno - 1]
     except (SyntaxError, IndexError, AttributeError):
         return " " * 8
@@ -580,7 +581,7 @@ def _with_init(source: str, class_name: str) -> str:
     """The source with `def __init__(self): super().__init__()` added to a class that
     inherits nn.Module's (the emitted class always spells its __init__ out)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return source
     for node in tree.body:
@@ -604,7 +605,7 @@ def _module_names(program: Program) -> set[str]:
     forward = getattr(type(program.module), "forward", None)
     names |= set(getattr(forward, "__globals__", {}))
     try:
-        tree = ast.parse(program.source)
+        tree = pyast.parse(program.source)
     except SyntaxError:
         return names
     for node in tree.body:  # module level only: forward's own locals are free to reuse

@@ -12,6 +12,8 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
+from agents import pyast
+
 HARNESS_FUNCTIONS = ("get_inputs", "get_init_inputs")
 _MODEL_NAME = re.compile(r"\bModel\b")
 
@@ -38,7 +40,7 @@ def class_parts(source: str, class_name: str) -> ClassParts:
     ModelNew module needs (harness functions, `__main__` blocks and other model classes
     named Model/ModelNew are dropped)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as error:
         raise SourceError(f"line {error.lineno}: {error.msg}") from None
     lines = source.splitlines(keepends=True)
@@ -111,7 +113,7 @@ def _split_module_head(prelude: str) -> tuple[str, str]:
     """The module docstring and `from __future__` imports, which must stay first (an import
     put above a docstring turns it into a stray string), and the rest."""
     try:
-        statements = ast.parse(prelude).body
+        statements = pyast.parse(prelude).body
     except SyntaxError:
         return "", prelude
     end = 0

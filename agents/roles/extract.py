@@ -16,6 +16,7 @@ import tokenize
 from dataclasses import dataclass
 from typing import Any
 
+from agents import pyast
 from agents.roles.base import Candidate
 
 TARGET = "ModelNew"
@@ -101,7 +102,7 @@ def extract_module(reply: str) -> Candidate:
 
 def _parse(text: str) -> ast.Module | SyntaxError:
     try:
-        return ast.parse(text)
+        return pyast.parse(text)
     except SyntaxError as error:
         return error
     except ValueError as error:  # e.g. a null byte
@@ -346,7 +347,7 @@ def _load_object(text: str) -> dict[str, Any]:
             value = json.loads(_relax(text))
         except json.JSONDecodeError:
             try:
-                value = ast.literal_eval(text)
+                value = pyast.literal_eval(text)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 raise ExtractError(message) from None
     if not isinstance(value, dict):

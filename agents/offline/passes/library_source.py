@@ -18,6 +18,7 @@ from typing import Any
 
 import torch.nn as nn
 
+from agents import pyast
 from agents.offline import source as src
 from agents.offline.passes.base import Program, Rewrite
 
@@ -80,7 +81,7 @@ class _Body:
 
     def __init__(self, text: str):
         self.text = text
-        function = ast.parse(text).body[0]
+        function = pyast.parse(text).body[0]
         if not isinstance(function, ast.FunctionDef):
             raise SyntaxError("forward is not a plain function")
         self.stmts = function.body
@@ -566,7 +567,7 @@ def _functional_name(source: str, prelude: str) -> str:
     if lines & {"import torch.nn.functional as F", "from torch.nn import functional as F"}:
         return "F"
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return "torch.nn.functional"
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
@@ -577,7 +578,7 @@ def _functional_name(source: str, prelude: str) -> str:
 
 def _forward_line(source: str, class_name: str) -> int:
     """The first line (decorators included) of the class's forward in `source`."""
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(pyast.parse(source)):
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name == "forward":

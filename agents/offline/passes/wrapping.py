@@ -12,6 +12,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from agents import pyast
 from agents.offline import source as src
 from agents.offline.passes.base import PassError, Program
 
@@ -38,7 +39,7 @@ def wrap(program: Program, base: str) -> Wrapped:
         suffix += 1
         inner = f"{base}{suffix}"
     forward = parts.methods["forward"]
-    tree = ast.parse(textwrap.dedent(forward))
+    tree = pyast.parse(textwrap.dedent(forward))
     function = tree.body[0]
     if not isinstance(function, ast.FunctionDef):
         raise PassError("forward is not a plain function (async?)")
