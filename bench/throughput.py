@@ -261,6 +261,8 @@ async def run_config(backend: str, workers: int, batch: list[Item], gpus: int | 
                 "speedup": result.speedup,
                 "elapsed_s": result.elapsed_s,
             }
+            if result.verdict.value != "correct":  # why, so a refusal can be read later
+                row["reason"] = "; ".join(result.reasons)[:300]
         verdicts[verdict] += 1
         rows.append({"problem": item.problem, "kind": item.kind, "verdict": verdict, **row})
     lanes = lane_times(events)

@@ -158,3 +158,38 @@ def test_an_unknown_skipped_pass_is_one_line():
     )
     assert done.returncode == 2
     assert "--skip-passes: unknown pass torch-compiel" in done.stderr
+
+
+def test_a_refused_candidate_keeps_its_reason():
+    """A benchmark row that says "incorrect" says why, so a refusal on a lent GPU can be read
+    after the machine is gone."""
+    import asyncio
+    from dataclasses import replace
+
+    from agents.bench.suite import baseline_candidate
+    from agents.task import SourceFile
+    from tests.conftest import ADVERSARIAL, FAST, TESTS
+
+    throughput = _module()
+    reference = SourceFile.from_path(TESTS / "problems" / "two_outputs.py")
+    options = replace(FAST, jail=False)
+    batch = [
+        throughput.Item(
+            "two_outputs",
+            "reference",
+            reference,
+            baseline_candidate(reference, "eager"),
+            replace(options, static_check=False),  # trusted, as the benchmark's batch marks it
+        ),
+        throughput.Item(
+            "two_outputs",
+            "wrong",
+            reference,
+            SourceFile.from_path(ADVERSARIAL / "second_output_wrong.py"),
+            options,
+        ),
+    ]
+    run = asyncio.run(throughput.run_config("local", 1, batch, None))
+    right, wrong = run["results"]
+    assert right["verdict"] == "correct" and "reason" not in right, right
+    assert wrong["verdict"] == "incorrect" and "output 1" in wrong["reason"]
