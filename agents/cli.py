@@ -187,5 +187,26 @@ def format_summary(result: EvalResult) -> str:
         lines += [f"    note: {note}" for note in result.timing_notes]
     if result.isolation:
         lines.append(f"  isolation: {result.isolation}")
-    lines.append(f"  took {result.elapsed_s:.1f} s")
+    lines.append(f"  took {result.elapsed_s:.1f} s{_phase_breakdown(result.phase_s)}")
     return "\n".join(lines)
+
+
+_PHASES = (
+    ("start", "start-up"),
+    ("build", "imports and build"),
+    ("run", "correctness"),
+    ("lane_wait", "waiting for the device"),
+    ("measure", "timing"),
+)
+
+
+def _phase_breakdown(phase_s: dict[str, float]) -> str:
+    """ " (start-up 3.9 s, build 0.4 s, ...)": where an evaluation's wall time went."""
+    parts = [
+        f"{label} {phase_s[name]:.1f} s"
+        for name, label in _PHASES
+        if phase_s.get(name, 0.0) >= 0.05 or name in ("build", "run")
+    ]
+    if phase_s.get("paused"):
+        parts.append(f"of which stopped for other timings {phase_s['paused']:.1f} s")
+    return f" ({', '.join(parts)})" if parts else ""

@@ -159,6 +159,7 @@ def judge(outcome: ChildOutcome, options: EvalOptions) -> EvalResult:
         "device": options.device,
         "isolation": outcome.isolation,
         "elapsed_s": round(outcome.elapsed_s, 3),
+        "phase_s": {name: round(seconds, 3) for name, seconds in outcome.phase_s.items()},
     }
     message = outcome.result
     if message is not None:

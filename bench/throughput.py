@@ -260,6 +260,7 @@ async def run_config(backend: str, workers: int, batch: list[Item], gpus: int | 
                 "reference_ms": result.reference_ms,
                 "speedup": result.speedup,
                 "elapsed_s": result.elapsed_s,
+                "phase_s": result.phase_s,  # where a candidate's time went
             }
             if result.verdict.value != "correct":  # why, so a refusal can be read later
                 row["reason"] = "; ".join(result.reasons)[:300]

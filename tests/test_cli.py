@@ -50,6 +50,10 @@ def test_correct_candidate_exits_zero_with_json_fields():
     assert report["verdict"] == "correct" and report["correct"] is True
     assert report["speedup"] > 0 and report["reference_ms"] > 0 and report["candidate_ms"] > 0
     assert report["trials"] == 5
+    # Where the time went: each phase the child announced, accounted within the wall time.
+    phases = report["phase_s"]
+    assert {"build", "run", "measure"} <= set(phases) and min(phases.values()) >= 0
+    assert sum(v for k, v in phases.items() if k != "paused") <= report["elapsed_s"] + 0.05
 
 
 def test_readable_summary_names_verdict_rules_and_timing():
@@ -70,6 +74,9 @@ def test_readable_summary_names_verdict_rules_and_timing():
     float64 = r"float64 rule (pass|fail \(error [0-9.]+x of the allowed band\))"
     assert re.search(float64, done.stdout)
     assert "speedup" in done.stdout
+    assert re.search(
+        r"took [0-9.]+ s \(.*imports and build [0-9.]+ s, correctness [0-9.]+ s", done.stdout
+    )
 
 
 def test_cheat_exits_one_with_reasons():

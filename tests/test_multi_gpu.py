@@ -46,7 +46,9 @@ def simulated_evaluate(reference, candidate, options: EvalOptions, cancel=None, 
     report = (outcome.result or {}).get("report")
     if report is None:
         return EvalResult(Verdict.RUNTIME_ERROR, [outcome.stderr_tail or "no report"])
-    return EvalResult(Verdict.CORRECT, [json.dumps(report)], device=options.device)
+    return EvalResult(
+        Verdict.CORRECT, [json.dumps(report)], device=options.device, phase_s=outcome.phase_s
+    )
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4])
@@ -117,6 +119,8 @@ def test_builds_stop_while_a_timing_on_their_device_runs(monkeypatch, device):
             assert not inside, f"a build ran {len(inside)} beats into a timing"
     # The last build (2.5 s of work, 3 s allowed) was stopped for others' timings (2 s in
     # all on the CPU) and still finished: stopped time is not its time.
+    if device == "cpu":  # and its result says how long it was stopped
+        assert results[-1].phase_s.get("paused", 0.0) > 0.5, results[-1].phase_s
 
 
 def test_two_pools_never_time_one_device_at_once(monkeypatch, tmp_path):

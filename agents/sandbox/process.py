@@ -76,6 +76,10 @@ class ChildOutcome:
     isolation: str = ""
     elapsed_s: float = 0.0
     cancelled: bool = False
+    # Wall seconds per phase ("start", "build", "run", "measure"), plus "lane_wait" (waiting
+    # for the device's measure lane) and "paused" (stopped for another child's timing, and
+    # already inside the phase it interrupted): where an evaluation's time went.
+    phase_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -241,6 +245,15 @@ def _run_in(
 def _collect(
     process, read_fd, nonce, limits, outcome, started, cancel, gate=None, gate_fd=-1, held=None
 ) -> None:
+    clock = _PhaseClock(outcome, started, getattr(gate, "paused_s", None) or (lambda: 0.0))
+    try:
+        _read(process, read_fd, nonce, limits, outcome, started, cancel, gate, gate_fd, held, clock)
+    finally:
+        clock.stop()
+
+
+def _read(process, read_fd, nonce, limits, outcome, started, cancel, gate, gate_fd, held, clock):
+    """Read the child's channels until they close, a phase times out or the caller cancels."""
     selector = selectors.DefaultSelector()
     selector.register(read_fd, selectors.EVENT_READ, "result")
     selector.register(process.stdout, selectors.EVENT_READ, "stdout")
@@ -289,8 +302,10 @@ def _collect(
                     continue
                 outcome.messages.append(message)
                 if message.get("kind") == "phase" and message.get("phase") != outcome.phase:
-                    outcome.phase = str(message.get("phase"))
-                    if outcome.phase == "measure" and not _open_gate(gate, gate_fd, cancel, held):
+                    clock.switch(str(message.get("phase")))
+                    if outcome.phase == "measure" and not clock.wait_for_lane(
+                        lambda: _open_gate(gate, gate_fd, cancel, held)
+                    ):
                         outcome.cancelled = True
                         return
                     phase_started = time.monotonic()  # waiting for the lane is not run time
@@ -300,6 +315,37 @@ def _collect(
             exited_at = exited_at or time.monotonic()
             if time.monotonic() - exited_at > 1.0:
                 break
+
+
+class _PhaseClock:
+    """Charges wall time to the child's phases as it announces them (ChildOutcome.phase_s)."""
+
+    def __init__(self, outcome: ChildOutcome, started: float, paused_s) -> None:
+        self.outcome = outcome
+        self.began = started
+        self.paused_s = paused_s
+        self.paused_at_start = paused_s()
+
+    def _charge(self, name: str) -> None:
+        now = time.monotonic()
+        self.outcome.phase_s[name] = self.outcome.phase_s.get(name, 0.0) + now - self.began
+        self.began = now
+
+    def switch(self, phase: str) -> None:
+        self._charge(self.outcome.phase)
+        self.outcome.phase = phase
+
+    def wait_for_lane(self, open_gate) -> bool:
+        """The wait for the device's measure lane is its own entry, not measure time."""
+        opened = open_gate()
+        self._charge("lane_wait")
+        return opened
+
+    def stop(self) -> None:
+        self._charge(self.outcome.phase)
+        paused = self.paused_s() - self.paused_at_start
+        if paused > 0:
+            self.outcome.phase_s["paused"] = paused
 
 
 def _open_gate(gate, gate_fd, cancel, held) -> bool:

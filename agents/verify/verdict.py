@@ -55,6 +55,7 @@ class EvalResult(ReviewFindings):
     isolation: str = ""
     static_findings: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
+    phase_s: dict[str, float] = field(default_factory=dict)  # where elapsed_s went (sandbox)
 
     @property
     def correct(self) -> bool:
