@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from agents.bench.report import BenchReport, BenchRow
 from agents.bench.suite import baseline_candidate, discover, problem_name
 from agents.task import SourceFile, outline_candidate
@@ -237,3 +239,58 @@ def test_parts_of_a_split_optimize_run_merge_into_one_table(tmp_path):
         cwd=ROOT,
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.slow
+def test_bench_optimize_runs_the_offline_optimizer_and_says_where_time_went(tmp_path):
+    """`bench DIR --optimize` end to end: baselines, the offline search, the head-to-head run,
+    one JSON row per problem with its stages; the Markdown renders from the saved JSON."""
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    shutil.copy(ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py", problems)
+    out = tmp_path / "optimize.json"
+    done = subprocess.run(
+        [
+            *KERNEL_AGENT,
+            "bench",
+            str(problems),
+            "--optimize",
+            "--max-evals",
+            "3",
+            "--threads",
+            "1",
+            "--timing-budget",
+            "0.2",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert json.loads(out.read_text()) == report
+    (row,) = report["rows"]
+    assert row["problem"] == "13_gemm_divide_sum_scaling"
+    assert row["verdict"] in ("correct", "no_improvement") and row["evaluations"] >= 1
+    assert row["compile_verdict"] == "correct" and row["eager_ms"] > 0
+    if row["verdict"] == "correct":  # a returned kernel is verified source with its methods
+        assert "class ModelNew" in row["source"] and row["methods"]
+    stages = row["stage_s"]
+    assert {"baseline", "baseline_phases", "search"} <= set(stages)
+    assert {"build", "run", "measure"} <= set(stages["baseline_phases"])
+    spent = sum(v for k, v in stages.items() if k != "baseline_phases")
+    assert spent <= row["wall_s"] + 0.5  # the stages lie within the row's wall time
+    summary = report["summary"]
+    assert summary["problems"] == 1 and summary["slower_than_original"] == 0
+    rendered = subprocess.run(
+        [*KERNEL_AGENT, "bench", "--from-json", str(out), "--markdown"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert rendered.returncode == 0 and "| 13_gemm_divide_sum_scaling |" in rendered.stdout

@@ -49,6 +49,9 @@ class OptimizeRow:
     evaluations: int = 0
     evaluations_to_best: int | None = None
     wall_s: float = 0.0
+    # Where wall_s went: "baseline" (eager and torch.compile judged and timed), "search",
+    # "head_to_head" (ours against compile); "baseline_phases", the baseline child's phases.
+    stage_s: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     source: str | None = None
 
@@ -189,13 +192,17 @@ def optimize_problem(
         row.notes.append(str(error))
         row.wall_s = round(time.monotonic() - started, 1)
         return row
+    row.stage_s["baseline"] = round(time.monotonic() - started, 1)
+    row.stage_s["baseline_phases"] = {k: round(v, 1) for k, v in baseline.phase_s.items()}
     row.compile_verdict = baseline.verdict.value
     row.eager_ms = baseline.reference_ms
     if baseline.correct:
         row.compile_ms, row.compile_speedup = baseline.candidate_ms, baseline.speedup
     else:
         row.notes.append(f"torch.compile: {baseline.verdict.value}: {'; '.join(baseline.reasons)}")
+    searching = time.monotonic()
     result = asyncio.run(_search(reference, options, memory, cancel, pool))
+    row.stage_s["search"] = round(time.monotonic() - searching, 1)
     row.verdict = result.verdict
     row.speedup = result.speedup
     row.speedup_ci = result.speedup_ci
@@ -207,7 +214,9 @@ def optimize_problem(
     if result.eval_report:
         row.agent_ms = result.eval_report.get("candidate_ms")
     if result.source is not None and baseline.correct:
+        comparing = time.monotonic()
         row.vs_compile = _head_to_head(reference, result.source, options.eval)
+        row.stage_s["head_to_head"] = round(time.monotonic() - comparing, 1)
         if row.vs_compile is None and baseline.speedup:
             row.vs_compile = row.speedup / baseline.speedup
             row.notes.append(
