@@ -49,9 +49,10 @@ def scrubbed_environment(
     cache inside directories the sandbox may write. Extensions build in `build_cache` (keyed
     by the candidate's source); Inductor and Triton share `compiler_cache`, whose hits
     (headers, common kernels) save seconds per candidate, and whose entries are only ever
-    trusted after the verifier has checked what they compute. Inductor compiles with as many
-    worker processes as the child has threads: max-autotune compiles dozens of Triton
-    configurations per GEMM or convolution, and one worker made that serial."""
+    trusted after the verifier has checked what they compute. Inductor compiles in-process
+    (one compile thread): with more, it compiles Triton kernels in a pool of worker processes
+    (torch._inductor.async_compile) that outlive the call, and the reviewer refuses any process
+    a candidate leaves behind."""
     shared = compiler_cache or build_cache
     base = os.environ if source is None else source
     env = {name: value for name, value in base.items() if not is_sensitive(name)}
@@ -65,7 +66,7 @@ def scrubbed_environment(
             "TORCH_EXTENSIONS_DIR": str(build_cache / "torch_extensions"),
             "TORCHINDUCTOR_CACHE_DIR": str(shared / "inductor"),
             "TRITON_CACHE_DIR": str(shared / "triton"),
-            "TORCHINDUCTOR_COMPILE_THREADS": str(max(1, threads)),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
             "OMP_NUM_THREADS": str(threads),
             "MKL_NUM_THREADS": str(threads),
             "PYTHONDONTWRITEBYTECODE": "1",
