@@ -201,7 +201,8 @@ _PHASES = (
 
 
 def _phase_breakdown(phase_s: dict[str, float]) -> str:
-    """ " (start-up 3.9 s, build 0.4 s, ...)": where an evaluation's wall time went."""
+    """Where an evaluation's wall time went, e.g. " (imports and build 0.9 s, correctness
+    1.4 s, timing 0.4 s)"; phases under 0.05 s are left out, except build and run."""
     parts = [
         f"{label} {phase_s[name]:.1f} s"
         for name, label in _PHASES

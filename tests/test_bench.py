@@ -17,6 +17,13 @@ from tests.conftest import PROBLEMS, ROOT
 KERNEL_AGENT = [sys.executable, "-m", "agents"]
 
 
+def _bench(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    """`kernel-agent bench ARGS` as a subprocess, output captured."""
+    return subprocess.run(
+        [*KERNEL_AGENT, "bench", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
 def test_discover_reads_our_suite_in_numeric_order():
     files = discover(ROOT / "bench" / "problems")
     assert len(files) >= 16
@@ -77,29 +84,22 @@ def test_fast_p_counts_all_problems_and_respects_each_rule():
 
 def test_bench_command_writes_json_and_plot(tmp_path):
     out, plot = tmp_path / "results.json", tmp_path / "speedups.png"
-    done = subprocess.run(
-        [
-            *KERNEL_AGENT,
-            "bench",
-            str(PROBLEMS),
-            "--baseline",
-            "eager",
-            "--limit",
-            "2",
-            "--threads",
-            "1",
-            "--timing-budget",
-            "0.3",
-            "--json",
-            "--out",
-            str(out),
-            "--plot",
-            str(plot),
-        ],
-        capture_output=True,
-        text=True,
+    done = _bench(
+        str(PROBLEMS),
+        "--baseline",
+        "eager",
+        "--limit",
+        "2",
+        "--threads",
+        "1",
+        "--timing-budget",
+        "0.3",
+        "--json",
+        "--out",
+        str(out),
+        "--plot",
+        str(plot),
         timeout=300,
-        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -111,20 +111,8 @@ def test_bench_command_writes_json_and_plot(tmp_path):
 
 
 def test_bench_compares_torch_compile_with_eager():
-    done = subprocess.run(
-        [
-            *KERNEL_AGENT,
-            "bench",
-            str(PROBLEMS / "linear_relu.py"),
-            "--threads",
-            "1",
-            "--timing-budget",
-            "0.3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
+    done = _bench(
+        str(PROBLEMS / "linear_relu.py"), "--threads", "1", "--timing-budget", "0.3", timeout=300
     )
     assert done.returncode == 0, done.stderr
     assert "linear_relu" in done.stdout and "correct" in done.stdout
@@ -132,13 +120,7 @@ def test_bench_compares_torch_compile_with_eager():
 
 
 def test_bench_on_a_missing_folder_is_a_usage_error(tmp_path):
-    done = subprocess.run(
-        [*KERNEL_AGENT, "bench", str(tmp_path / "nope")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    done = _bench(str(tmp_path / "nope"))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "no such file or folder" in done.stderr
 
@@ -154,13 +136,7 @@ def test_a_saved_report_renders_as_markdown(tmp_path):
     )
     saved = tmp_path / "r.json"
     saved.write_text(json.dumps(report.to_json()))
-    done = subprocess.run(
-        [*KERNEL_AGENT, "bench", "--from-json", str(saved), "--markdown"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    done = _bench("--from-json", str(saved), "--markdown")
     assert done.returncode == 0, done.stderr
     assert "| a | correct | pass |" in done.stdout
     assert "- strict rule: fast_0 50%" in done.stdout
@@ -178,13 +154,7 @@ def _saved(tmp_path, name, machine, rows):
 def test_parts_of_a_split_run_merge_into_one_table(tmp_path):
     a = _saved(tmp_path, "a", "H200", [_row("p1", "correct", True, 2.0)])
     b = _saved(tmp_path, "b", "H200", [_row("p2", "correct", True, 0.5)])
-    done = subprocess.run(
-        [*KERNEL_AGENT, "bench", "--from-json", str(a), str(b), "--markdown"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    done = _bench("--from-json", str(a), str(b), "--markdown")
     assert done.returncode == 0, done.stderr
     assert "| p1 |" in done.stdout and "| p2 |" in done.stdout
     assert "kernel-agent bench a && kernel-agent bench b" in done.stdout
@@ -194,13 +164,7 @@ def test_parts_of_a_split_run_merge_into_one_table(tmp_path):
 def test_parts_from_different_machines_do_not_merge(tmp_path):
     a = _saved(tmp_path, "a", "H200", [_row("p1", "correct", True, 2.0)])
     b = _saved(tmp_path, "b", "A100", [_row("p2", "correct", True, 0.5)])
-    done = subprocess.run(
-        [*KERNEL_AGENT, "bench", "--from-json", str(a), str(b)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    done = _bench("--from-json", str(a), str(b))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "cannot merge" in done.stderr
 
@@ -219,25 +183,13 @@ def test_parts_of_a_split_optimize_run_merge_into_one_table(tmp_path):
         report.rows.append(row)
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(report.to_json()))
-    done = subprocess.run(
-        [*KERNEL_AGENT, "bench", "--from-json", *map(str, paths), "--markdown"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    done = _bench("--from-json", *map(str, paths), "--markdown")
     assert done.returncode == 0, done.stderr
     assert "| p1 |" in done.stdout and "| p2 |" in done.stdout
     assert "kb --optimize a && kb --optimize b" in done.stdout
     # Mixed kinds (an optimize report with a plain bench report) are refused in one line.
     plain = _saved(tmp_path, "c", "H200", [_row("p3", "correct", True, 2.0)])
-    done = subprocess.run(
-        [*KERNEL_AGENT, "bench", "--from-json", str(paths[0]), str(plain)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    done = _bench("--from-json", str(paths[0]), str(plain))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
 
 
@@ -249,26 +201,19 @@ def test_bench_optimize_runs_the_offline_optimizer_and_says_where_time_went(tmp_
     problems.mkdir()
     shutil.copy(ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py", problems)
     out = tmp_path / "optimize.json"
-    done = subprocess.run(
-        [
-            *KERNEL_AGENT,
-            "bench",
-            str(problems),
-            "--optimize",
-            "--max-evals",
-            "3",
-            "--threads",
-            "1",
-            "--timing-budget",
-            "0.2",
-            "--out",
-            str(out),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
+    done = _bench(
+        str(problems),
+        "--optimize",
+        "--max-evals",
+        "3",
+        "--threads",
+        "1",
+        "--timing-budget",
+        "0.2",
+        "--out",
+        str(out),
+        "--json",
         timeout=600,
-        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
@@ -286,11 +231,5 @@ def test_bench_optimize_runs_the_offline_optimizer_and_says_where_time_went(tmp_
     assert spent <= row["wall_s"] + 0.5  # the stages lie within the row's wall time
     summary = report["summary"]
     assert summary["problems"] == 1 and summary["slower_than_original"] == 0
-    rendered = subprocess.run(
-        [*KERNEL_AGENT, "bench", "--from-json", str(out), "--markdown"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    rendered = _bench("--from-json", str(out), "--markdown")
     assert rendered.returncode == 0 and "| 13_gemm_divide_sum_scaling |" in rendered.stdout

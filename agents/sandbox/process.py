@@ -262,7 +262,7 @@ def _read(process, read_fd, nonce, limits, outcome, started, cancel, gate, gate_
     open_streams = 3
     phase_started = started
     # Time a pool kept this child stopped for another's timing is not its own time.
-    paused_s = getattr(gate, "paused_s", None) or (lambda: 0.0)
+    paused_s = clock.paused_s
     paused_at_phase = paused_s()
     prefix = nonce.encode() + b" "
     exited_at = 0.0
