@@ -16,6 +16,7 @@ from pathlib import Path
 
 import platformdirs
 
+from agents.sandbox.devicelock import DeviceGate
 from agents.sandbox.process import ChildOutcome, Limits, MeasureGate, run_child
 from agents.task import SIZES, SourceFile, TaskLoadError, outline_candidate, outline_problem
 from agents.verify.static_check import check_candidate, uses_low_precision
@@ -75,7 +76,8 @@ def evaluate(
 ) -> EvalResult:
     """Judge `candidate` against `reference`. Raises EvalError only for a bad request, and
     EvalCancelled when `cancel` is set before a verdict arrives. `gate` (see
-    `agents.evalpool`) decides when the child may start timing."""
+    `agents.evalpool`) decides when the child may start timing; without one, the child times
+    only while it holds its device's machine-wide lock (`DeviceGate`)."""
     if options.device not in DEVICES:
         raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
     if options.size not in SIZES:
@@ -135,7 +137,7 @@ def evaluate(
         limits=options.limits,
         use_jail=options.jail,
         cancel=cancel,
-        gate=gate,
+        gate=gate or DeviceGate(options.device),
     )
     # A caller that cancelled gets no verdict, even when the child ended in the same instant
     # (a killed child's closed streams would otherwise read as a crash).

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import ADVERSARIAL, CANDIDATES, PROBLEMS, ROOT
@@ -148,3 +150,45 @@ def test_candidate_with_syntax_error_is_a_compile_error():
     report = json.loads(done.stdout)
     assert report["verdict"] == "compile_error"
     assert "syntax error" in report["reasons"][0]
+
+
+def test_eval_times_only_while_no_other_process_times_on_its_device(tmp_path):
+    """The measure lane is machine-wide outside a pool too: while another process holds the
+    CPU's timing lock, `kernel-agent eval` gets through its correctness trials but does not
+    time, and it times once the lock is free."""
+    from agents.sandbox.devicelock import DeviceLock
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}  # platformdirs' user cache dir
+    held = DeviceLock(tmp_path / "kernel-agent" / "locks", "cpu")
+    assert held.acquire()
+    command = [EXECUTABLE] if EXECUTABLE else [sys.executable, "-m", "agents"]
+    process = subprocess.Popen(
+        [
+            *command,
+            "eval",
+            str(PROBLEMS / "linear_relu.py"),
+            str(CANDIDATES / "linear_relu_honest.py"),
+            "--json",
+            *FAST,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 8  # eval alone takes about 2 s here
+        while time.monotonic() < deadline:
+            assert process.poll() is None, "eval finished while another process was timing"
+            time.sleep(0.2)
+        released = time.monotonic()
+    finally:
+        held.release()
+    stdout, stderr = process.communicate(timeout=180)
+    done = time.monotonic()
+    assert process.returncode == 0, stderr
+    report = json.loads(stdout)
+    assert report["verdict"] == "correct"
+    # Its timing began after the release: the run ended no earlier than release + timing.
+    assert done - report["phase_s"]["measure"] >= released - 0.1

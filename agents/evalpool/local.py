@@ -20,10 +20,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agents.evalpool.devicelock import DeviceLock, default_lock_dir
 from agents.evalpool.pause import continue_pids, stop_tree
 from agents.evalpool.service import EvalEvent, EventCallback, PoolSettings, default_build_slots
 from agents.evaluate import EvalCancelled, EvalError, EvalOptions, evaluate
+from agents.sandbox.devicelock import DeviceLock, default_lock_dir, device_key
 from agents.task import SourceFile
 from agents.verify.verdict import EvalResult, Verdict
 
@@ -289,13 +289,7 @@ class LocalPool:
     @staticmethod
     def _device_key(job: _Job) -> str:
         """The physical device a job times on, as the machine-wide lock names it."""
-        if job.lane == "cpu":
-            return "cpu"
-        pinned = job.env.get("CUDA_VISIBLE_DEVICES")
-        if pinned is None:  # one GPU: this process's first visible one
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-            pinned = visible or job.lane.split(":")[1]
-        return f"cuda-{pinned}"
+        return device_key(job.lane.split(":")[0], job.env)  # unpinned: one GPU, lane cuda:0
 
     # -- builds stop while a timing on their device runs ----------------------------------------
 
