@@ -544,8 +544,10 @@ def test_size1_through_unsqueeze_and_view_in_a_class_without_init() -> None:
 
 
 def test_scalars_frozen_into_forward_are_guarded_in_init():
-    """fx bakes `self.scaling_factor` into the graph: the rewrite is verified for that value
-    only, so constructing it with another must fail loudly, never compute something else."""
+    """Traced with its floats frozen (a pass applied directly, or the fallback of
+    apply_general_first), fx bakes `self.scaling_factor` into the graph: the rewrite is
+    verified for that value only, so constructing it with another must fail loudly, never
+    compute something else."""
     text, path = bench("13_")
     text = shrink(text)
     rewrite = AlgebraicSimplification().apply(program(text, path))
@@ -559,3 +561,88 @@ def test_scalars_frozen_into_forward_are_guarded_in_init():
         namespace["ModelNew"](32, 32, 2.0)
     # Shapes are not frozen: other sizes with the verified scale still build and run.
     assert namespace["ModelNew"](8, 4, 1.5)(torch.randn(2, 8)).shape == (2, 1)
+
+
+# -- float attributes kept as attributes (the child runs every pass through this) -------------
+
+CONTROL_FLOW_SCALE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        y = x.sum(dim=1, keepdim=True).sum(dim=1)
+        if self.scale > 1.0:
+            return y * self.scale
+        return y
+
+
+def get_inputs():
+    return [torch.randn(4, 6)]
+
+
+def get_init_inputs():
+    return [2.0]
+"""
+
+
+def _rebuilt(source: str, name: str, *init) -> torch.nn.Module:
+    namespace: dict = {}
+    exec(compile(source, f"{name}.py", "exec"), namespace)
+    torch.manual_seed(3)
+    return namespace[name](*init)
+
+
+def test_a_float_attribute_stays_an_attribute_so_one_rewrite_serves_every_argument():
+    text, path = bench("13_")
+    text = shrink(text)
+    rewrite = fxtools.apply_general_first(AlgebraicSimplification(), program(text, path))
+    source = assert_verified(text, rewrite, path)
+    assert "* self.scaling_factor" in forward_of(source)
+    assert "_check_specialised" not in source and "1.5" not in forward_of(source)
+    for scale in (2.0, -0.25, 0.0):
+        model = _rebuilt(text, "Model", 32, 32, scale)
+        new = _rebuilt(source, "ModelNew", 32, 32, scale)
+        new.load_state_dict(model.state_dict())
+        x = torch.randn(3, 32)
+        torch.testing.assert_close(new(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_float_the_pass_needs_the_value_of_is_frozen_in_and_guarded():
+    """Folding `* scale + shift` into the GEMM needs their values (a non-finite scale does
+    not fold): the general attempt declines, and the frozen one is guarded."""
+    text, path = bench("15_")
+    text = shrink(text)
+    rewrite = fxtools.apply_general_first(FoldScaleShift(), program(text, path))
+    source = assert_verified(text, rewrite, path)
+    assert "_check_specialised(self, {" in source and "'scale'" in source
+
+
+def test_a_float_attribute_in_python_control_flow_falls_back_to_the_frozen_trace():
+    """fx cannot trace `if self.scale > 1.0` with the scale symbolic; the pass then runs on
+    the frozen trace, as before, and the guard refuses other values."""
+    rewrite = fxtools.apply_general_first(Size1Reduction(), program(CONTROL_FLOW_SCALE))
+    source = assert_verified(CONTROL_FLOW_SCALE, rewrite)
+    assert "_check_specialised(self, {'scale': 2.0})" in source
+    with pytest.raises(ValueError, match=r"scale=2\.0"):
+        _rebuilt(source, "ModelNew", 0.5)
+
+
+def test_a_pass_error_without_float_attributes_is_raised_once():
+    calls = []
+
+    class Refusing:
+        name = "refusing"
+
+        def apply(self, program: Program) -> Rewrite:
+            calls.append(1)
+            raise PassError("cannot apply here")
+
+    with pytest.raises(PassError, match="cannot apply here"):
+        fxtools.apply_general_first(Refusing(), program(NO_INIT))
+    assert calls == [1]

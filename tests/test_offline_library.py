@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from agents.evaluate import EvalOptions, evaluate
+from agents.offline import fxtools
 from agents.offline.passes.base import Program, Rewrite
 from agents.offline.passes.library import LibrarySubstitution
 from agents.task import SourceFile
@@ -88,6 +89,23 @@ def test_bench_manual_layernorm() -> None:
     forward = verified(text, result, path=path)
     assert "weight=self.weight, bias=self.bias, eps=1e-05)" in forward
     assert "sqrt" not in forward and "mean" not in forward
+
+
+def test_bench_manual_layernorm_reads_eps_from_the_module_when_floats_stay_symbolic() -> None:
+    """How the sandboxed child runs the pass: `self.eps` stays an attribute, so the rewrite
+    is right for any eps the constructor gets, not only the verified one."""
+    text, path = bench("18_manual_layernorm")
+    result = fxtools.apply_general_first(LibrarySubstitution(), program(text, path))
+    forward = verified(text, result, path=path)
+    assert "weight=self.weight, bias=self.bias, eps=self.eps)" in forward
+    assert "_check_specialised" not in result.source
+    spaces: list[dict] = [{}, {}]
+    exec(compile(text, path, "exec"), spaces[0])
+    exec(compile(result.source, "rewrite.py", "exec"), spaces[1])
+    model, new = spaces[0]["Model"](16, 0.5), spaces[1]["ModelNew"](16, 0.5)
+    new.load_state_dict(model.state_dict())
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(new(x), model(x), rtol=1e-5, atol=1e-5)
 
 
 def test_bench_attention_block_keeps_the_default_scale() -> None:

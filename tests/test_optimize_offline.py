@@ -7,11 +7,26 @@ import json
 import sqlite3
 
 import pytest
+import torch
 
 from tests.conftest import ROOT
 from tests.test_search import optimize
 
 PROBLEM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
+
+
+def assert_same_model(problem: str, rewrite: str, init: tuple) -> None:
+    """Model and the rewritten ModelNew, built with `init` (not the arguments the search
+    verified) and the same weights, compute the same thing."""
+    spaces: list[dict] = [{}, {}]
+    exec(compile(problem, "problem.py", "exec"), spaces[0])
+    exec(compile(rewrite, "rewrite.py", "exec"), spaces[1])
+    torch.manual_seed(1)
+    model = spaces[0]["Model"](*init).double()
+    new = spaces[1]["ModelNew"](*init).double()
+    new.load_state_dict(model.state_dict())
+    x = torch.randn(5, init[0], dtype=torch.float64)
+    torch.testing.assert_close(new(x), model(x))
 
 
 @pytest.mark.slow
@@ -47,6 +62,9 @@ def test_offline_optimize_returns_a_verified_faster_kernel(tmp_path):
     source = out.read_text()
     # The sum over the GEMM's output moved ahead of it: the weight is summed, not multiplied.
     assert "class ModelNew" in source and ".sum(" in source
+    # The scale stays an attribute: the rewrite serves other constructor arguments too.
+    assert "self.scaling_factor" in source and "_check_specialised" not in source
+    assert_same_model(PROBLEM.read_text(), source, (64, 48, -0.75))
     # The user's file is untouched, and what worked went into memory as an experience.
     assert "class Model(" in PROBLEM.read_text()
     with sqlite3.connect(memory) as db:

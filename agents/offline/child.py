@@ -28,6 +28,7 @@ def main(argv: list[str]) -> None:
 def _rewrite(request: dict[str, Any], channel) -> dict[str, Any]:
     import torch
 
+    from agents.offline.fxtools import apply_general_first
     from agents.offline.passes.base import PassError, Program
     from agents.offline.registry import get_pass
     from agents.task import (
@@ -71,7 +72,7 @@ def _rewrite(request: dict[str, Any], channel) -> dict[str, Any]:
     rewrite_pass = get_pass(request["pass"])
     started = time.perf_counter()
     try:
-        rewrite = rewrite_pass.apply(program)
+        rewrite = apply_general_first(rewrite_pass, program)
     except PassError as error:
         return {"source": None, "summary": str(error)}
     answer: dict[str, Any] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import contextvars
 import copy
 import io
 import keyword
@@ -19,7 +20,8 @@ import operator
 import re
 import textwrap
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,9 +55,9 @@ def trace(program: Program) -> torch.fx.GraphModule:
     training = module.training
     try:
         module.train()
-        gm = torch.fx.symbolic_trace(module)
+        gm = _symbolic_trace(module)
         module.eval()
-        eval_code = torch.fx.symbolic_trace(module).code
+        eval_code = _symbolic_trace(module).code
     except Exception as error:
         raise TraceError(f"fx cannot trace forward: {_located(error, filename, program)}") from None
     finally:
@@ -71,6 +73,116 @@ def trace(program: Program) -> torch.fx.GraphModule:
     gm.train(training)
     propagate(gm, program.inputs)
     return gm
+
+
+# -- float attributes as named values ---------------------------------------------------------
+
+
+class SelfScalar:
+    """A call_function target standing for a float attribute the forward reads
+    (`self.scaling_factor`): generated code reads the attribute at call time, so one rewrite
+    serves every constructor argument. Calling it returns the traced value, so shapes still
+    propagate. A rule that needs the value itself (x * 1 is x) must not look through it."""
+
+    def __init__(self, name: str, value: float):
+        self.name = name
+        self.value = value
+        self.__name__ = name
+
+    def __call__(self) -> float:
+        return self.value
+
+
+def self_scalar(value: Any) -> SelfScalar | None:
+    """The SelfScalar a node stands for, else None."""
+    if isinstance(value, torch.fx.Node) and isinstance(value.target, SelfScalar):
+        return value.target
+    return None
+
+
+@dataclass
+class ScalarMode:
+    """What one `symbolic_scalars()` block traced: the float attributes that became nodes."""
+
+    traced: list[str] = field(default_factory=list)
+
+
+_SYMBOLIC: contextvars.ContextVar[ScalarMode | None] = contextvars.ContextVar(
+    "kernel_agent_symbolic_scalars", default=None
+)
+
+
+@contextlib.contextmanager
+def symbolic_scalars() -> Iterator[ScalarMode]:
+    """Inside, `trace` keeps the module's float attributes as `self.<name>` nodes instead of
+    freezing their values into the graph."""
+    mode = ScalarMode()
+    token = _SYMBOLIC.set(mode)
+    try:
+        yield mode
+    finally:
+        _SYMBOLIC.reset(token)
+
+
+class _ScalarTracer(torch.fx.Tracer):
+    """fx's tracer, with the root's float attributes replaced by proxies of SelfScalar nodes
+    while forward runs (fx itself only sees attribute reads that reach Module.__getattr__)."""
+
+    def __init__(self, scalars: dict[str, float]):
+        super().__init__()
+        self._scalars = scalars
+
+    def create_args_for_root(self, root_fn, is_module, concrete_args=None):
+        result = super().create_args_for_root(root_fn, is_module, concrete_args)
+        state = vars(self.root)
+        for name, value in self._scalars.items():
+            state[name] = self.create_proxy("call_function", SelfScalar(name, value), (), {})
+        return result
+
+
+def _symbolic_trace(module: torch.nn.Module) -> torch.fx.GraphModule:
+    mode = _SYMBOLIC.get()
+    scalars = {
+        name: value
+        for name, value in vars(module).items()
+        if type(value) is float and not name.startswith("_")
+    }
+    if mode is None or not scalars:
+        return torch.fx.symbolic_trace(module)
+    tracer = _ScalarTracer(scalars)
+    try:
+        graph = tracer.trace(module)
+    except Exception:
+        graph = None
+    finally:
+        vars(module).update(scalars)
+    if graph is None:  # e.g. `if self.scale > 1`: Python needs the value; freeze them all
+        return torch.fx.symbolic_trace(module)
+    for node in list(graph.nodes):
+        scalar = self_scalar(node)
+        if scalar is None:
+            continue
+        if node.users:
+            mode.traced.append(scalar.name)
+        else:
+            graph.erase_node(node)
+    return torch.fx.GraphModule(module, graph, type(module).__name__)
+
+
+def apply_general_first(rewrite_pass: Any, program: Program) -> Any:
+    """Run a pass with the module's float attributes kept symbolic; only when that finds
+    nothing (or fails) and such an attribute was involved, run it again with their values
+    frozen in (then `emit` adds a guard that refuses other values at construction)."""
+    with symbolic_scalars() as mode:
+        try:
+            rewrite = rewrite_pass.apply(program)
+        except PassError:
+            if not mode.traced:
+                raise
+            rewrite = None
+    if rewrite is not None and (rewrite.source is not None or not mode.traced):
+        return rewrite
+    return rewrite_pass.apply(program)
 
 
 def _has_path(root: Any, target: str) -> bool:
@@ -650,6 +762,10 @@ class _Writer:
                 continue
             if node.op == "get_attr":  # written in place: `self.linear.weight`, not a local
                 self.names[node] = self.attribute(str(node.target))
+                continue
+            scalar = self_scalar(node)
+            if scalar is not None:  # likewise `self.scaling_factor`, read at call time
+                self.names[node] = self.attribute(scalar.name)
                 continue
             expression = self.expression(node)
             if not node.users:

@@ -163,6 +163,8 @@ def _fusable(gm: torch.fx.GraphModule, node: torch.fx.Node) -> _Fused | None:
 
 
 def _operand_kind(value: Any) -> str | None:
+    if fxtools.self_scalar(value) is not None:
+        return None  # the kernel's constants are compiled in: this pass needs the value
     if isinstance(value, torch.fx.Node):
         return "node"
     if fxtools.is_scalar(value):

@@ -235,11 +235,17 @@ def _root_of(g: Graph, node: Any, power: float) -> Any:
     return None
 
 
-def _plus_eps(g: Graph, a: Any, inner: set[Node]) -> tuple[Any, float] | None:
-    """a = v + eps (eps a non-negative constant; 0 when there is none): (v, eps)."""
+def _plus_eps(g: Graph, a: Any, inner: set[Node]) -> tuple[Any, Any] | None:
+    """a = v + eps (eps a non-negative constant, or a float attribute `self.eps` passed on
+    as it is; 0 when there is none): (v, eps)."""
     pair = g.binary(a, "add")
     for v, eps in (pair, pair[::-1]) if pair else ():
-        if fx.is_scalar(eps) and eps >= 0 and is_tensor(v):
+        if not is_tensor(v):
+            continue
+        if fx.self_scalar(eps) is not None:
+            inner.add(a)
+            return v, eps
+        if fx.is_scalar(eps) and eps >= 0:
             inner.add(a)
             return v, float(eps)
     return (a, 0.0) if is_tensor(a) else None
@@ -287,7 +293,7 @@ def normalisation(g: Graph, root: Node) -> Match | None:
 
 
 def _layer_norm(
-    g: Graph, root: Node, centred: Any, v: Any, eps: float, inner: set[Node]
+    g: Graph, root: Node, centred: Any, v: Any, eps: Any, inner: set[Node]
 ) -> Match | None:
     pair = g.binary(centred, "sub")
     mean = g.reduction(pair[1], "mean") if pair else None
@@ -327,7 +333,7 @@ def _layer_norm(
     )
 
 
-def _rms_norm(g: Graph, root: Node, x: Any, v: Any, eps: float, inner: set[Node]) -> Match | None:
+def _rms_norm(g: Graph, root: Node, x: Any, v: Any, eps: Any, inner: set[Node]) -> Match | None:
     ms = g.reduction(v, "mean")
     square = _square_of(g, ms.input, inner) if ms and ms.keepdim else None
     if ms is None or square is None or not g.same(x, square, inner) or not same_type(x, root):
