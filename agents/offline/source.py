@@ -105,8 +105,29 @@ def build_module(
     header = "\n".join(["import torch", "import torch.nn as nn", *wanted])
     missing = "\n".join(line for line in header.splitlines() if line not in prelude.splitlines())
     head, rest = _split_module_head(prelude)
+    imports_end = _leading_imports_end(rest)
+    if missing and imports_end:  # beside the module's own imports, not above them
+        lines = rest.splitlines(keepends=True)
+        block = "".join(lines[:imports_end]).rstrip("\n")
+        rest = f"{block}\n{missing}\n{''.join(lines[imports_end:])}"
+        missing = ""
     chunks = [c for c in (head.strip(), missing, rest.strip(), prelude_extra.strip()) if c]
     return "\n\n".join(chunks) + "\n\n\nclass ModelNew(nn.Module):\n" + "\n".join(body)
+
+
+def _leading_imports_end(text: str) -> int:
+    """The last line of the import statements `text` starts with (0 when it starts with
+    something else)."""
+    try:
+        statements = pyast.parse(text).body
+    except SyntaxError:
+        return 0
+    end = 0
+    for node in statements:
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            break
+        end = node.end_lineno or end
+    return end
 
 
 def _split_module_head(prelude: str) -> tuple[str, str]:
