@@ -129,3 +129,27 @@ def test_without_a_profile_every_offline_pass_is_planned_rewrites_before_compile
     assert first_compiler >= 3
     # With a profile, the gate's word is final: nothing it did not allow is planned.
     assert plans(planner, context(allowed_skills=[], gated=True)) == []
+
+
+def test_without_a_profile_the_skill_that_fits_the_source_names_a_shared_pass():
+    """Two skills compile (a convolution's epilogue, pointwise/reduction fusion): without a
+    profile, a layer norm's plan must not be titled as a convolution epilogue, while a conv
+    block's still is."""
+    from pathlib import Path
+
+    bench = Path(__file__).parents[1] / "bench" / "problems"
+    planner = OfflinePlanner(None, "cuda")
+
+    def compile_skill(problem: str) -> str:
+        source = next(bench.glob(f"{problem}_*.py")).read_text()
+        ungated = context(
+            task_source=source,
+            candidate_source=source,
+            device="cuda",
+            allowed_skills=[],
+            gated=False,
+        )
+        return next(r.skill.id for r in planner.rank(ungated) if r.name == "torch-compile")
+
+    assert compile_skill("18") == "torch-compile-fusion"
+    assert compile_skill("21") == "torch-compile-conv-epilogue"

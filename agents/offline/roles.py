@@ -12,6 +12,7 @@ import asyncio
 import math
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agents.evaluate import EvalOptions, cache_dir, default_threads
 from agents.offline.registry import DEVICE_ONLY, PASSES
@@ -19,6 +20,10 @@ from agents.roles.base import Candidate, Plan, PlanningContext, SkillBrief, Summ
 from agents.sandbox.process import run_child
 from agents.task import SourceFile
 from memory.experiences import ExperienceStore
+
+if TYPE_CHECKING:
+    from memory.features import CodeFeatures
+    from memory.skills_library import Trigger
 
 LABEL = "offline"
 TERMINAL = ("torch-compile", "cpp-elementwise", "cuda-graphs")
@@ -103,23 +108,43 @@ def _candidate_skills(context: PlanningContext) -> list[SkillBrief]:
     since each rewrite is still verified and timed."""
     if context.gated:
         return list(context.allowed_skills)
+    from memory.features import extract_features
     from memory.skills_library import load_skills
 
     listed = {s.id for s in context.allowed_skills} | {s.id for s in context.forbidden_skills}
-    extra = [
-        SkillBrief(
-            id=skill.id,
-            title=skill.title,
-            strategy=skill.strategy,
-            pitfalls=tuple(skill.pitfalls),
-            why="not gated: no profile",
-            offline_pass=skill.offline_pass,
+    features = extract_features(context.task_source)
+    unfit = set()
+    extra = []
+    for skill in load_skills():
+        if not skill.offline_pass or skill.id in listed:
+            continue
+        fits = _source_fits(skill.trigger, features)
+        if not fits:
+            unfit.add(skill.id)
+        extra.append(
+            SkillBrief(
+                id=skill.id,
+                title=skill.title,
+                strategy=skill.strategy,
+                pitfalls=tuple(skill.pitfalls),
+                why="not gated: no profile"
+                + ("" if fits else "; the code features it looks for are not in the source"),
+                offline_pass=skill.offline_pass,
+            )
         )
-        for skill in load_skills()
-        if skill.offline_pass and skill.id not in listed
-    ]
-    extra.sort(key=lambda brief: brief.offline_pass in TERMINAL)  # rewrites before compilers
+    # Rewrites before compilers; and where two skills share a pass, the one whose code
+    # features the source has names the plan (a layer norm is not a "convolution epilogue").
+    extra.sort(key=lambda brief: (brief.offline_pass in TERMINAL, brief.id in unfit))
     return [*context.allowed_skills, *extra]
+
+
+def _source_fits(trigger: Trigger | None, features: CodeFeatures) -> bool:
+    """The trigger's conditions on the source hold (its profile conditions are unknown)."""
+    if trigger is None:
+        return True
+    if trigger.code_features and not all(f in features for f in trigger.code_features):
+        return False
+    return not trigger.any_code_features or any(f in features for f in trigger.any_code_features)
 
 
 def _order(ranked: RankedPass) -> tuple[float, int]:
