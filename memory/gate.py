@@ -9,7 +9,7 @@ every forbidden one the rule that kept it out.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agents.profile.report import Profile
 from memory.features import CodeFeatures, extract_features
@@ -256,6 +256,24 @@ def _score(skill: Skill, facts: GateFacts) -> float:
         touched = 1.0
     headroom = HEADROOM_FACTOR.get(facts.headroom or "high", 1.0)
     return skill.gain_estimate * min(touched, 1.0) * headroom
+
+
+def source_holds(trigger: Trigger | None, facts: GateFacts) -> bool:
+    """Whether the trigger's conditions on the source and the device hold; those on the
+    profile are left out (unknown without one), not counted as failed."""
+    if trigger is None:
+        return True
+    source_only = replace(
+        trigger,
+        bound=None,
+        op_categories=None,
+        all_op_categories=None,
+        headroom=None,
+        dtypes=None,
+        min_launches=None,
+        max_launches=None,
+    )
+    return _check(source_only, facts)[0]
 
 
 def gate(

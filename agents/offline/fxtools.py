@@ -31,7 +31,7 @@ from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
 from agents import pyast
 from agents.offline import source as src
-from agents.offline.passes.base import PassError, Program
+from agents.offline.passes.base import PassError, Program, Rewrite, RewritePass
 
 
 class TraceError(PassError):
@@ -169,7 +169,7 @@ def _symbolic_trace(module: torch.nn.Module) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(module, graph, type(module).__name__)
 
 
-def apply_general_first(rewrite_pass: Any, program: Program) -> Any:
+def apply_general_first(rewrite_pass: RewritePass, program: Program) -> Rewrite:
     """Run a pass with the module's float attributes kept symbolic; only when that finds
     nothing (or fails) and such an attribute was involved, run it again with their values
     frozen in (then `emit` adds a guard that refuses other values at construction)."""

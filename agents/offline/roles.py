@@ -12,7 +12,6 @@ import asyncio
 import math
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from agents.evaluate import EvalOptions, cache_dir, default_threads
 from agents.offline.registry import DEVICE_ONLY, PASSES
@@ -20,10 +19,6 @@ from agents.roles.base import Candidate, Plan, PlanningContext, SkillBrief, Summ
 from agents.sandbox.process import run_child
 from agents.task import SourceFile
 from memory.experiences import ExperienceStore
-
-if TYPE_CHECKING:
-    from memory.features import CodeFeatures
-    from memory.skills_library import Trigger
 
 LABEL = "offline"
 TERMINAL = ("torch-compile", "cpp-elementwise", "cuda-graphs")
@@ -108,17 +103,17 @@ def _candidate_skills(context: PlanningContext) -> list[SkillBrief]:
     since each rewrite is still verified and timed."""
     if context.gated:
         return list(context.allowed_skills)
-    from memory.features import extract_features
+    from memory.gate import facts_from, source_holds
     from memory.skills_library import load_skills
 
     listed = {s.id for s in context.allowed_skills} | {s.id for s in context.forbidden_skills}
-    features = extract_features(context.task_source)
+    facts = facts_from(None, context.task_source, context.device)
     unfit = set()
     extra = []
     for skill in load_skills():
         if not skill.offline_pass or skill.id in listed:
             continue
-        fits = _source_fits(skill.trigger, features)
+        fits = source_holds(skill.trigger, facts)
         if not fits:
             unfit.add(skill.id)
         extra.append(
@@ -128,7 +123,7 @@ def _candidate_skills(context: PlanningContext) -> list[SkillBrief]:
                 strategy=skill.strategy,
                 pitfalls=tuple(skill.pitfalls),
                 why="not gated: no profile"
-                + ("" if fits else "; the code features it looks for are not in the source"),
+                + ("" if fits else "; its conditions on the source do not hold"),
                 offline_pass=skill.offline_pass,
             )
         )
@@ -136,15 +131,6 @@ def _candidate_skills(context: PlanningContext) -> list[SkillBrief]:
     # features the source has names the plan (a layer norm is not a "convolution epilogue").
     extra.sort(key=lambda brief: (brief.offline_pass in TERMINAL, brief.id in unfit))
     return [*context.allowed_skills, *extra]
-
-
-def _source_fits(trigger: Trigger | None, features: CodeFeatures) -> bool:
-    """The trigger's conditions on the source hold (its profile conditions are unknown)."""
-    if trigger is None:
-        return True
-    if trigger.code_features and not all(f in features for f in trigger.code_features):
-        return False
-    return not trigger.any_code_features or any(f in features for f in trigger.any_code_features)
 
 
 def _order(ranked: RankedPass) -> tuple[float, int]:
