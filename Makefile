@@ -15,15 +15,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,ray]'
 	@touch $(STAMP)
 
-# The OS jail for candidates (bubblewrap). Best effort: without it the verifier still runs,
-# with limits only, and says so in every verdict.
+# The OS jail for candidates (bubblewrap). Without it the verifier refuses to run candidates
+# (each command says how to install it) unless --no-jail is passed.
 jail:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
-	      || echo "warning: could not install bubblewrap; candidates will run without the OS jail"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2) >/dev/null 2>&1 \
+	      || echo "warning: could not install bubblewrap; candidates will be refused unless --no-jail"; \
 	  else \
-	    echo "note: install bubblewrap (e.g. apt-get install bubblewrap) to jail candidates"; \
+	    echo "note: install bubblewrap (e.g. apt-get install bubblewrap): candidates run only in its jail"; \
 	  fi; }
 
 # The verifier on an honest rewrite and two cheats, then the offline optimizer on an example:

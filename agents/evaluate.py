@@ -1,8 +1,10 @@
 """`evaluate`: the one function that judges a candidate against a reference.
 
 The CLI, the search and the language server all call it. It parses both files (never runs
-them here), applies the static checker, then runs the review in a sandboxed child and turns
-whatever came back, or did not, into an `EvalResult`.
+them here) and applies the static checker; then it starts two sandboxed workers, one for the
+reference and one for the candidate, and runs the protocol between them from here
+(agents/verify/judge.py): it compares their outputs as data and times them from outside, so
+nothing the candidate can reach decides its verdict.
 """
 
 from __future__ import annotations
@@ -11,16 +13,25 @@ import hashlib
 import os
 import secrets
 import threading
-from dataclasses import dataclass, field
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import platformdirs
 
 from agents.sandbox.devicelock import DeviceGate
-from agents.sandbox.process import ChildOutcome, Limits, MeasureGate, run_child
+from agents.sandbox.launch import JailUnavailable
+from agents.sandbox.peer import Peer
+from agents.sandbox.process import Limits, MeasureGate
+from agents.sandbox.wire import Cancelled
 from agents.task import SIZES, SourceFile, TaskLoadError, outline_candidate, outline_problem
+from agents.textsafe import clean_text
+from agents.verify.keeper import ReferenceKeeper, reference_key
+from agents.verify.spares import Booting, SpareCandidates, candidate_key, link_cache
 from agents.verify.static_check import check_candidate, uses_low_precision
 from agents.verify.verdict import EvalResult, Verdict
+from agents.verify.workers import WorkerSettings, WorkerStartFailed, say_hello, start_worker
 
 DEVICES = ("cpu", "cuda")
 MIN_TRIALS = 5
@@ -45,7 +56,7 @@ class EvalOptions:
     seed: int | None = None  # None: a fresh random seed, so no candidate can predict inputs
     threads: int | None = None
     measure: bool = True
-    timing_budget_s: float = 5.0
+    timing_budget_s: float = 3.0
     timing_min_runs: int = 10
     timing_max_runs: int = 200
     cuda_graph: bool = False
@@ -73,11 +84,16 @@ def evaluate(
     options: EvalOptions,
     cancel: threading.Event | None = None,
     gate: MeasureGate | None = None,
+    keeper: ReferenceKeeper | None = None,
+    spares: SpareCandidates | None = None,
 ) -> EvalResult:
     """Judge `candidate` against `reference`. Raises EvalError only for a bad request, and
     EvalCancelled when `cancel` is set before a verdict arrives. `gate` (see
     `agents.evalpool`) decides when the child may start timing; without one, the child times
-    only while it holds its device's machine-wide lock (`DeviceGate`)."""
+    only while it holds its device's machine-wide lock (`DeviceGate`). With `keeper`, the
+    reference's worker is taken warm from it when one is idle and given back after; with
+    `spares`, the candidate's worker is a spare booted during an earlier evaluation when one
+    is idle, and a spare for the next candidate boots during this one's build."""
     if options.device not in DEVICES:
         raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
     if options.size not in SIZES:
@@ -111,41 +127,163 @@ def evaluate(
             ],
         )
 
+    from agents.verify.clock import ClockConfig  # torch: imported only when judging
+    from agents.verify.judge import Judge, JudgeRequest, ReferenceBroken
+
     threads = options.threads or default_threads()
     seed = options.seed if options.seed is not None else secrets.randbelow(2**31 - 10_000)
-    source_hash = hashlib.sha256(candidate.text.encode()).hexdigest()[:16]
-    request = {
-        "reference": {"text": reference.text, "path": reference.path},
-        "candidate": {"text": candidate.text, "path": candidate.path},
-        "device": options.device,
-        "size": options.size,
-        "trials": options.trials,
-        "seed": seed,
-        "threads": threads,
-        "measure": options.measure,
-        "timing_budget_s": options.timing_budget_s,
-        "timing_min_runs": options.timing_min_runs,
-        "timing_max_runs": options.timing_max_runs,
-        "cuda_graph": options.cuda_graph,
-    }
-    outcome = run_child(
-        request,
+    gate = gate or DeviceGate(options.device)
+    started = time.monotonic()
+    phases = _Phases(getattr(gate, "paused_s", None) or (lambda: 0.0))
+    settings = WorkerSettings(
         device=options.device,
         threads=threads,
-        build_cache=cache_dir(options) / "build" / source_hash,
-        compiler_cache=cache_dir(options) / "compiler",
         limits=options.limits,
-        use_jail=options.jail,
-        cancel=cancel,
-        gate=gate or DeviceGate(options.device),
+        jail=options.jail,
+        env_extra=dict(gate.env),
+        cancelled=(lambda: cancel is not None and cancel.is_set()),
+        paused_s=phases.paused_s,
     )
-    # A caller that cancelled gets no verdict, even when the child ended in the same instant
-    # (a killed child's closed streams would otherwise read as a crash).
-    if outcome.cancelled or (cancel is not None and cancel.is_set()):
-        raise EvalCancelled("cancelled")
-    result = judge(outcome, options)
-    result.seed = seed
+    source_hash = hashlib.sha256(candidate.text.encode()).hexdigest()[:16]
+    own_cache = cache_dir(options) / "build" / source_hash
+    key = reference_key(reference, settings, options.size)
+    spare_key = candidate_key(settings)
+    reference_peer = keeper.take(key, settings) if keeper is not None else None
+    # A spare serves only a source with no cache yet: its cache then takes the source's name.
+    candidate_peer = None
+    if spares is not None and not own_cache.exists():
+        candidate_peer = spares.take(spare_key, settings)
+    fresh: list[Peer] = []
+    booting: Booting | None = None
+    judged = False
+    try:
+        try:
+            if reference_peer is None:
+                reference_peer = (
+                    keeper.start(settings)
+                    if keeper is not None
+                    else start_worker("reference", settings, None)
+                )
+                fresh.append(reference_peer)
+            if candidate_peer is None:
+                candidate_peer = start_worker("candidate", settings, own_cache.resolve())
+                fresh.append(candidate_peer)
+            else:
+                link_cache(own_cache, candidate_peer)
+        except JailUnavailable as error:
+            raise EvalError(str(error)) from None
+        peers = [reference_peer, candidate_peer]
+        for peer in peers:
+            gate.started(peer.process.pid)
+        # Fresh workers start their device and thread pools at once (CUDA start-up is seconds).
+        if fresh:
+            with ThreadPoolExecutor(len(fresh), thread_name_prefix="kernel-agent-hello") as pool:
+                list(pool.map(lambda peer: say_hello(peer, settings), fresh))
+        if spares is not None:  # the next candidate's worker boots during this one's build
+            booting = spares.start(
+                settings, own_cache.parent, getattr(gate, "spare_started", gate.started)
+            )
+        request = JudgeRequest(
+            reference=reference,
+            candidate=candidate,
+            device=options.device,
+            size=options.size,
+            trials=options.trials,
+            seed=seed,
+            measure=options.measure,
+            clock=ClockConfig(
+                min_runs=options.timing_min_runs,
+                max_runs=options.timing_max_runs,
+                budget_s=options.timing_budget_s,
+                cuda_graph=options.cuda_graph,
+            ),
+            build_timeout_s=options.limits.build_timeout_s,
+            run_timeout_s=options.limits.run_timeout_s,
+        )
+        judge = Judge(
+            request,
+            peers[0],
+            peers[1],
+            phase=phases.switch,
+            # A spare still booting would share the machine with this timing: wait for it.
+            acquire=lambda: (booting is None or booting.wait()) and gate.acquire(cancel),
+            release=gate.release,
+        )
+        findings = judge.run()
+        judged = True
+        over_quota = peers[1].launched.cache_over_quota()
+    except WorkerStartFailed as error:
+        _raise_if_cancelled(cancel)
+        raise EvalError(f"{error}; try --no-jail to compare") from None
+    except ReferenceBroken as error:
+        _raise_if_cancelled(cancel)
+        raise EvalError(clean_text(str(error))) from None
+    except Cancelled:
+        raise EvalCancelled("cancelled") from None
+    finally:
+        if reference_peer is not None and keeper is not None and judged:
+            keeper.give(key, reference_peer)  # closed there unless every request was answered
+        elif reference_peer is not None:
+            reference_peer.close()
+        if candidate_peer is not None:
+            candidate_peer.close()
+        if booting is not None and spares is not None:
+            booting.settle(spares, spare_key, keep=judged)
+    # A caller that cancelled gets no verdict, even when a worker ended in the same instant.
+    _raise_if_cancelled(cancel)
+    if over_quota:
+        findings.verdict = Verdict.REJECTED
+        findings.reasons.append(
+            f"its build and compiler cache grew past {options.limits.cache_bytes / 1024**3:g} "
+            "GiB; the cache was emptied"
+        )
+    result = EvalResult(
+        **{f.name: getattr(findings, f.name) for f in fields(findings)},
+        device=options.device,
+        seed=seed,
+        isolation=candidate_peer.isolation,
+        elapsed_s=round(time.monotonic() - started, 3),
+        phase_s=phases.stop(),
+    )
+    result.reasons = [clean_text(reason) for reason in result.reasons]
+    result.timing_notes = [clean_text(note) for note in result.timing_notes]
+    if result.correct and options.require_state_dict and not result.state_dict_compatible:
+        result.verdict = Verdict.REJECTED
+        result.reasons.append(
+            "ModelNew does not accept Model's state_dict as it is (keys or shapes differ), "
+            "so it is not a drop-in replacement"
+        )
     return result
+
+
+def _raise_if_cancelled(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise EvalCancelled("cancelled")
+
+
+class _Phases:
+    """Wall seconds per phase (start, build, run, lane_wait, measure), and the seconds a pool
+    kept the workers stopped for another candidate's timing ("paused"), which do not count
+    against any deadline."""
+
+    def __init__(self, paused_s) -> None:
+        self.paused_s = paused_s
+        self._paused_at_start = paused_s()
+        self.phase = "start"
+        self.began = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def switch(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[self.phase] = self.seconds.get(self.phase, 0.0) + now - self.began
+        self.phase, self.began = phase, now
+
+    def stop(self) -> dict[str, float]:
+        self.switch(self.phase)
+        paused = self.paused_s() - self._paused_at_start
+        if paused > 0:
+            self.seconds["paused"] = paused
+        return {name: round(value, 3) for name, value in self.seconds.items()}
 
 
 def _require_cuda() -> None:
@@ -153,82 +291,3 @@ def _require_cuda() -> None:
 
     if not torch.cuda.is_available():
         raise EvalError("--device cuda: no CUDA device is available here; use --device cpu")
-
-
-def judge(outcome: ChildOutcome, options: EvalOptions) -> EvalResult:
-    """Turn a child's outcome into a verdict; silence, crashes and garbage all count."""
-    base = {
-        "device": options.device,
-        "isolation": outcome.isolation,
-        "elapsed_s": round(outcome.elapsed_s, 3),
-        "phase_s": {name: round(seconds, 3) for name, seconds in outcome.phase_s.items()},
-    }
-    message = outcome.result
-    if message is not None:
-        report = dict(message.get("report") or {})
-        if report.pop("reference_failed", False):
-            raise EvalError("; ".join(report.get("reasons") or ["the reference failed"]))
-        try:
-            verdict = Verdict(report.pop("verdict"))
-            result = EvalResult(verdict=verdict, **report, **base)
-        except (KeyError, TypeError, ValueError):
-            return EvalResult(Verdict.RUNTIME_ERROR, ["the child sent a malformed result"], **base)
-        if result.correct and options.require_state_dict and not result.state_dict_compatible:
-            result.verdict = Verdict.REJECTED
-            result.reasons.append(
-                "ModelNew does not accept Model's state_dict as it is (keys or shapes differ), "
-                "so it is not a drop-in replacement"
-            )
-        if outcome.garbage_lines:
-            result.verdict = Verdict.REJECTED
-            result.reasons.append(
-                f"candidate wrote {outcome.garbage_lines} line(s) of garbage to the verifier's "
-                "result channel"
-            )
-        return result
-    if outcome.phase == "start" and not outcome.messages and not outcome.timed_out_phase:
-        # No user code had run yet: the sandbox itself is broken, not the candidate.
-        last = _last_line(outcome.stderr_tail) or f"exit status {outcome.returncode}"
-        raise EvalError(f"the sandbox failed to start ({last}); try --no-jail to compare")
-    return EvalResult(_silent_verdict(outcome), _silent_reasons(outcome, options), **base)
-
-
-def _silent_verdict(outcome: ChildOutcome) -> Verdict:
-    if outcome.timed_out_phase:
-        return Verdict.TIMEOUT
-    if outcome.phase in ("start", "build"):
-        return Verdict.COMPILE_ERROR if outcome.returncode == 0 else Verdict.RUNTIME_ERROR
-    return Verdict.RUNTIME_ERROR
-
-
-def _silent_reasons(outcome: ChildOutcome, options: EvalOptions) -> list[str]:
-    if outcome.timed_out_phase == "build":
-        reasons = [f"building took longer than {options.limits.build_timeout_s:g} s"]
-    elif outcome.timed_out_phase:
-        reasons = [f"running took longer than {options.limits.run_timeout_s:g} s"]
-    else:
-        code = outcome.returncode
-        name = outcome.signal_name
-        if name is None and code is not None and code > 128:  # bubblewrap reports 128 + signal
-            name = ChildOutcome(returncode=128 - code).signal_name
-        if name:
-            cause = " (out of memory?)" if name == "SIGKILL" else ""
-            reasons = [
-                f"the candidate's process was killed by {name}{cause} during {outcome.phase}"
-            ]
-        else:
-            reasons = [
-                f"the candidate's process exited with status {code} during {outcome.phase} "
-                "without reporting a verdict (os._exit or sys.exit in candidate code?)"
-            ]
-    last = _last_line(outcome.stderr_tail)
-    if last:
-        reasons.append(f"last line on stderr: {last}")
-    if outcome.garbage_lines:
-        reasons.append(f"{outcome.garbage_lines} line(s) of garbage on the result channel")
-    return reasons
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""

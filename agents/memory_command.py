@@ -6,14 +6,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from agents.display import make_console, plural
+
+JSON_HELP = "print JSON instead of text"
+DATE_FORMAT = "%Y-%m-%d %H:%M"
+DATE_FIELDS = ("created_at", "oldest", "newest")
 
 
 class MemoryCommandError(Exception):
     """A usage error of the memory command: one line, exit status 2."""
+
+
+def format_date(value: Any) -> str:
+    """A stored Unix time as a local date ("2026-12-04 17:03"): what a person reads; the
+    JSON output keeps the number for programs."""
+    if not isinstance(value, int | float):
+        return "-" if value is None else str(value)
+    return time.strftime(DATE_FORMAT, time.localtime(value))
 
 
 def add_memory_parser(commands) -> None:
@@ -24,23 +37,23 @@ def add_memory_parser(commands) -> None:
         "persist in one SQLite file: $KERNEL_AGENT_MEMORY, or the user data directory.",
     )
     memory.add_argument("--db", type=Path, default=None, help="the memory file to use")
-    actions = memory.add_subparsers(dest="action", required=True)
+    actions = memory.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="experiences, newest first")
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--offset", type=int, default=0)
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--limit", type=int, default=50, help="show at most N (default 50)")
+    listing.add_argument("--offset", type=int, default=0, help="skip the newest N first")
+    listing.add_argument("--json", action="store_true", help=JSON_HELP)
     show = actions.add_parser("show", help="one experience in full")
-    show.add_argument("id", type=int)
-    show.add_argument("--json", action="store_true")
+    show.add_argument("id", type=int, help="the experience's id, from `memory list`")
+    show.add_argument("--json", action="store_true", help=JSON_HELP)
     export = actions.add_parser("export", help="write every experience to a JSON file")
-    export.add_argument("file", type=Path)
+    export.add_argument("file", type=Path, help="the JSON file to write")
     imported = actions.add_parser("import", help="add experiences from a JSON file")
-    imported.add_argument("file", type=Path)
-    imported.add_argument("--json", action="store_true")
+    imported.add_argument("file", type=Path, help="a file written by `memory export`")
+    imported.add_argument("--json", action="store_true", help=JSON_HELP)
     forget = actions.add_parser("forget", help="delete one experience")
-    forget.add_argument("id", type=int)
+    forget.add_argument("id", type=int, help="the experience's id, from `memory list`")
     stats = actions.add_parser("stats", help="counts by kind, target and feedback")
-    stats.add_argument("--json", action="store_true")
+    stats.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
 def run_memory(args: argparse.Namespace) -> int:
@@ -56,20 +69,23 @@ def run_memory(args: argparse.Namespace) -> int:
         print(f"kernel-agent: {store.recovered_from}", file=sys.stderr)
     try:
         experiences = ExperienceStore(store)
-        return _dispatch(args, experiences, Console())
+        return _dispatch(args, experiences)
     except MemoryFileError as error:
         raise MemoryCommandError(str(error)) from None
     finally:
         store.close()
 
 
-def _dispatch(args: argparse.Namespace, experiences, console: Console) -> int:
+def _dispatch(args: argparse.Namespace, experiences: Any) -> int:
+    from rich.table import Table
+
+    console = make_console()
     if args.action == "list":
         rows = experiences.list(limit=args.limit, offset=args.offset)
         if args.json:
             print(json.dumps([row.to_json() for row in rows], indent=2))
             return 0
-        table = Table(title=f"{experiences.count()} experiences")
+        table = Table(title=plural(experiences.count(), "experience"), title_justify="left")
         for column in ("id", "kind", "speedup", "target", "title", "feedback"):
             table.add_column(column)
         for row in rows:
@@ -91,18 +107,19 @@ def _dispatch(args: argparse.Namespace, experiences, console: Console) -> int:
             print(json.dumps(found.to_json(), indent=2))
         else:
             for key, value in found.to_json().items():
-                console.print(f"[bold]{key}[/bold]: {value}")
+                shown = format_date(value) if key in DATE_FIELDS else value
+                console.print(f"[bold]{key}[/bold]: {shown}", highlight=False)
         return 0
     if args.action == "export":
         experiences.export_json(args.file)
-        print(f"exported {experiences.count()} experiences to {args.file}")
+        print(f"exported {plural(experiences.count(), 'experience')} to {args.file}")
         return 0
     if args.action == "import":
         added = experiences.import_json(args.file)
         if args.json:
             print(json.dumps({"imported": added}))
         else:
-            print(f"imported {added} new experiences from {args.file}")
+            print(f"imported {plural(added, 'new experience')} from {args.file}")
         return 0
     if args.action == "forget":
         if not experiences.forget(args.id):
@@ -113,6 +130,20 @@ def _dispatch(args: argparse.Namespace, experiences, console: Console) -> int:
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
     else:
-        for key, value in stats.items():
-            console.print(f"{key}: {value}")
+        for line in stats_lines(stats):
+            console.print(line, markup=False, highlight=False)
     return 0
+
+
+def stats_lines(stats: dict[str, Any]) -> list[str]:
+    """`memory stats` in words: the count, the span of dates, then each breakdown."""
+    total = stats.get("total", 0)
+    lines = [plural(total, "experience")]
+    if total:
+        oldest, newest = format_date(stats.get("oldest")), format_date(stats.get("newest"))
+        lines[0] += f", {oldest}" if oldest == newest else f", from {oldest} to {newest}"
+    for key, value in stats.items() if total else ():
+        if key.startswith("by_") and isinstance(value, dict):
+            counts = ", ".join(f"{name} {count}" for name, count in value.items())
+            lines.append(f"by {key[3:]}: {counts or 'none'}")
+    return lines

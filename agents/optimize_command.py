@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import difflib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -19,12 +20,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from agents.display import format_ms, make_console, plural
 from agents.evalpool import EvalService, PoolSetupError, add_pool_arguments, make_pool
 from agents.evalpool import pool_settings as pool_settings_from
 from agents.evaluate import DEVICES, EvalError, EvalOptions
 from agents.llm.accounting import CostMeter
 from agents.llm.base import ChatModel, LLMError, MissingAPIKeyError
 from agents.llm.config import LLMConfig, load_settings
+from agents.llm.pricing import unpriced_note
 from agents.roles.factory import BACKENDS, OfflineSetup, RoleSetupError, build_roles
 from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
 from agents.search.budget import Budget, CancelToken
@@ -55,40 +58,97 @@ def add_optimize_parser(commands) -> None:
         description="Profile FILE's Model, plan and write rewrites with the chosen backend, "
         "verify and time each in the sandbox, and write the fastest verified one.",
     )
-    opt.add_argument("file", metavar="FILE.py")
+    opt.add_argument("file", metavar="FILE.py", help="a KernelBench-format problem (Model)")
     opt.add_argument(
         "--llm", choices=BACKENDS, default=None, help="default: the config file's, else offline"
     )
     opt.add_argument("--model", default=None, help="model name for every role")
     opt.add_argument("--base-url", default=None, help="OpenAI-compatible or Anthropic base URL")
     opt.add_argument("--config", type=Path, default=None, help="TOML: per-role models, prices")
-    opt.add_argument("--device", choices=DEVICES, default="cpu")
-    opt.add_argument("--size", choices=SIZES, default="default")
+    opt.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="verify and time on (default: cpu)"
+    )
+    opt.add_argument(
+        "--size", choices=SIZES, default="default", help="gpu: apply the problem's GPU_SIZES"
+    )
     search = opt.add_argument_group(
         "search", "defaults: AccelOpt's B=6 N=12 K=2 T=16 with an LLM; B=3 N=6 K=1 T=6 offline"
     )
-    search.add_argument("--beam", type=int, default=None, metavar="B")
-    search.add_argument("--plans", type=int, default=None, metavar="N")
-    search.add_argument("--samples", type=int, default=None, metavar="K")
-    search.add_argument("--iters", type=int, default=None, metavar="T")
-    search.add_argument("--patience", type=int, default=None, metavar="P")
-    search.add_argument("--repairs", type=int, default=None, metavar="R")
-    opt.add_argument("--max-evals", type=int, default=100, metavar="E")
-    opt.add_argument("--max-cost", type=float, default=None, metavar="USD")
-    opt.add_argument("--max-tokens", type=int, default=None)
-    opt.add_argument("--max-time", type=float, default=None, metavar="SECONDS")
-    opt.add_argument("--parallel-evals", type=int, default=1)
+    search.add_argument("--beam", type=int, default=None, metavar="B", help="best kernels kept")
+    search.add_argument("--plans", type=int, default=None, metavar="N", help="plans per iteration")
+    search.add_argument(
+        "--samples", type=int, default=None, metavar="K", help="rewrites written per plan"
+    )
+    search.add_argument("--iters", type=int, default=None, metavar="T", help="iterations")
+    search.add_argument(
+        "--patience",
+        type=int,
+        default=None,
+        metavar="P",
+        help="stop after P iterations without a new best",
+    )
+    search.add_argument(
+        "--repairs",
+        type=int,
+        default=None,
+        metavar="R",
+        help="attempts to fix a rewrite that fails to build or run",
+    )
+    opt.add_argument(
+        "--max-evals", type=int, default=100, metavar="E", help="stop after E evaluations"
+    )
+    opt.add_argument(
+        "--max-cost", type=float, default=None, metavar="USD", help="stop at this model spend"
+    )
+    opt.add_argument("--max-tokens", type=int, default=None, help="stop at this many tokens")
+    opt.add_argument(
+        "--max-time", type=float, default=None, metavar="SECONDS", help="stop after this long"
+    )
+    opt.add_argument(
+        "--parallel-evals",
+        type=int,
+        default=1,
+        help="candidates built and checked at once (timings stay one per device)",
+    )
     add_pool_arguments(opt)
-    opt.add_argument("--timing-budget", type=float, default=2.0, metavar="SECONDS")
-    opt.add_argument("--threads", type=int, default=None)
-    opt.add_argument("--seed", type=int, default=0)
-    opt.add_argument("--output", type=Path, default=None, metavar="OUT.py")
-    opt.add_argument("--trajectory", type=Path, default=None, metavar="TRAJECTORY.json")
-    opt.add_argument("--plot", type=Path, default=None, metavar="PLOT.png")
+    opt.add_argument(
+        "--timing-budget",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="longest timing per candidate, even if the medians are not yet stable",
+    )
+    opt.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    opt.add_argument("--seed", type=int, default=0, help="seed for sampling and inputs")
+    opt.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="OUT.py",
+        help="where the verified kernel goes (default: FILE_optimized.py)",
+    )
+    opt.add_argument(
+        "--trajectory",
+        type=Path,
+        default=None,
+        metavar="TRAJECTORY.json",
+        help="write the result and every evaluation as JSON",
+    )
+    opt.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="PLOT.png",
+        help="draw the best speedup against evaluations",
+    )
     opt.add_argument("--memory", type=Path, default=None, help="memory file (default: per user)")
     opt.add_argument("--no-memory", action="store_true", help="neither read nor write memory")
-    opt.add_argument("--no-profile", action="store_true")
-    opt.add_argument("--no-jail", action="store_true")
+    opt.add_argument(
+        "--no-profile", action="store_true", help="plan without profiling the problem first"
+    )
+    opt.add_argument(
+        "--no-jail", action="store_true", help="skip the bubblewrap jail (limits still apply)"
+    )
     opt.add_argument("--json", action="store_true", help="print one JSON object")
     opt.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -126,8 +186,9 @@ def _run(args: argparse.Namespace) -> int:
         outline_problem(reference)
     except TaskLoadError as error:
         raise OptimizeUsageError(str(error)) from None
+    _check_writable(args, path)
     apply_search_defaults(args)
-    err = Console(stderr=True, quiet=args.quiet)
+    err = make_console(stderr=True, quiet=args.quiet)
     view = ProgressView(err, args.iters, args.max_evals)
     cancel = CancelToken()
     setup = build_search(args, reference, on_event=view, cancel=cancel, task_name=path.stem)
@@ -165,7 +226,7 @@ def _run(args: argparse.Namespace) -> int:
         data["output"] = str(output) if output else None
         print(json.dumps(data))
     else:
-        _report(result, output, reference, Console())
+        _report(result, output, reference, make_console())
     failed = not result.improved and result.evaluations == 0 and "failed" in result.stopped_because
     return EXIT_FAILED if failed else EXIT_DONE
 
@@ -260,6 +321,8 @@ def build_search(
             device=args.device,
             offline=OfflineSetup(reference, options, memory.experiences, cancel.event),
         )
+        if args.max_cost is not None:
+            _check_priced(models)
         pool = open_pool(args)  # last: a local Ray is started only for a search that runs
     except BaseException:
         if store is not None:
@@ -281,6 +344,18 @@ def build_search(
     return SearchSetup(search, models, store)
 
 
+def _check_priced(models: list[ChatModel]) -> None:
+    """--max-cost is held before each call by the model's price: refuse a model without
+    one rather than let the cap silently count it as free."""
+    for model in models:
+        if getattr(model, "priced", True) is False:
+            asyncio.run(model.aclose())
+            name = model.label.split(":", 1)[-1]
+            raise OptimizeUsageError(
+                f"--max-cost cannot be held: {unpriced_note(name)}, or cap --max-tokens instead"
+            )
+
+
 def open_pool(args: argparse.Namespace) -> EvalService:
     """The evaluation backend the arguments choose; OptimizeUsageError in one line."""
     try:
@@ -295,6 +370,30 @@ async def _search(search: Search, models) -> SearchResult:
     finally:
         for model in models:
             await model.aclose()
+
+
+def _check_writable(args: argparse.Namespace, source: Path) -> None:
+    """Refuse, before the search spends anything, a file that could not be written after it."""
+    wanted = {"--output": args.output, "--trajectory": args.trajectory, "--plot": args.plot}
+    if args.output is None:
+        wanted["the rewrite (pass --output to choose)"] = source.with_name(
+            f"{source.stem}_optimized.py"
+        )
+    for option, target in wanted.items():
+        if target is None:
+            continue
+        folder = Path(target).parent
+        if not folder.is_dir():
+            raise OptimizeUsageError(
+                f"{option} {target}: the folder {folder} does not exist; create it or choose "
+                "another path"
+            )
+        if not os.access(folder, os.W_OK):
+            raise OptimizeUsageError(
+                f"{option} {target}: the folder {folder} is not writable; choose another path"
+            )
+        if Path(target).is_dir():
+            raise OptimizeUsageError(f"{option} {target} is a folder; give a file path")
 
 
 def _write_output(result: SearchResult, source: Path, wanted: Path | None) -> Path | None:
@@ -316,6 +415,25 @@ def _write_output(result: SearchResult, source: Path, wanted: Path | None) -> Pa
     return target
 
 
+def speedup_basis(result: SearchResult) -> str:
+    """Where the one speedup reported (the JSON's `speedup`) comes from: the two medians of
+    the confirming evaluation, whose ratio it is. The search's own, earlier measurement of
+    a kernel ("new best 8.50x") is named as such when it rounds differently, so two numbers
+    for one kernel never stand side by side unexplained."""
+    report = result.eval_report or {}
+    reference_ms, candidate_ms = report.get("reference_ms"), report.get("candidate_ms")
+    if not (result.confirmed and reference_ms and candidate_ms):
+        return "  measured during the search; not re-measured on fresh inputs"
+    line = (
+        f"  = reference {format_ms(reference_ms)} ms / candidate {format_ms(candidate_ms)} ms "
+        "(medians, re-measured on fresh inputs after the search)"
+    )
+    searched = max((point.best_speedup for point in result.trajectory), default=0.0)
+    if f"{searched:.2f}" != f"{result.speedup:.2f}" and searched > 1.0:
+        line += f"; the search's own best measurement was {searched:.2f}x"
+    return line
+
+
 def _report(result: SearchResult, output: Path | None, ref: SourceFile, out: Console) -> None:
     if result.improved and result.source is not None:
         ci = (
@@ -327,6 +445,7 @@ def _report(result: SearchResult, output: Path | None, ref: SourceFile, out: Con
             f"[green]verified {result.speedup:.2f}x faster[/green]{ci} on {result.device}: "
             + escape(" → ".join(result.methods))
         )
+        out.print(speedup_basis(result), markup=False, highlight=False)
         diff = difflib.unified_diff(
             ref.text.splitlines(),
             result.source.splitlines(),
@@ -340,20 +459,30 @@ def _report(result: SearchResult, output: Path | None, ref: SourceFile, out: Con
         out.print("no improvement: no verified kernel was faster than the original")
     for note in result.notes:
         out.print(f"note: {note}", markup=False)
-    cost = result.cost
-    roles = ", ".join(
-        f"{role} {c['calls']} calls/{c['input_tokens'] + c['output_tokens']} tok"
-        for role, c in cost.get("roles", {}).items()
-    )
     out.print(
-        f"{result.evaluations} evaluations, {result.iterations} iterations, "
-        f"{result.elapsed_s:.0f} s; stopped: {result.stopped_because}"
+        f"{plural(result.evaluations, 'evaluation')}, {plural(result.iterations, 'iteration')}, "
+        f"{result.elapsed_s:.0f} s; stopped: {result.stopped_because}",
+        markup=False,
     )
-    if not cost.get("tokens"):
-        out.print("cost: no model calls (offline)")
-        return
-    out.print(
-        f"cost: ${cost.get('cost_usd', 0):.4f}, {cost.get('tokens', 0)} tokens "
-        f"({cost.get('cache_hit_share', 0):.0%} of input from cache)"
-        + (f"; {roles}" if roles else "")
+    out.print(cost_line(result.cost), markup=False)
+
+
+def cost_line(cost: dict) -> str:
+    """What the model calls cost, failed calls included; "offline" only when none were made."""
+    roles = cost.get("roles", {})
+    calls = sum(c.get("calls", 0) for c in roles.values())
+    if not calls:
+        return "cost: no model calls (offline)"
+    failed = sum(c.get("failed_calls", 0) for c in roles.values())
+    per_role = ", ".join(
+        f"{role} {plural(c['calls'], 'call')}"
+        + (f" ({c['failed_calls']} failed)" if c.get("failed_calls") else "")
+        + f"/{c['input_tokens'] + c['output_tokens']} tok"
+        for role, c in roles.items()
+    )
+    failed_text = f", {failed} failed" if failed else ""
+    return (
+        f"cost: ${cost.get('cost_usd', 0):.4f}, {cost.get('tokens', 0)} tokens in "
+        f"{plural(calls, 'model call')}{failed_text} "
+        f"({cost.get('cache_hit_share', 0):.0%} of input from cache); " + per_role
     )

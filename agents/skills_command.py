@@ -4,42 +4,51 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+from agents.display import make_console, plural
 
-from agents.profile.api import DEVICES
-from agents.task import SIZES, SourceFile, TaskLoadError
+if TYPE_CHECKING:
+    from rich.console import Console
+
+JSON_HELP = "print JSON instead of text"
 
 
 class SkillCommandError(Exception):
     """A usage error of the skills command: one line, exit status 2."""
 
 
-def add_skills_parser(commands) -> None:
+def add_skills_parser(commands: Any) -> None:
+    from agents.profile.api import DEVICES
+    from agents.task import SIZES
+
     skills = commands.add_parser(
         "skills",
         help="the expert skill library: list, show, and match against a kernel",
         description="List the skill library, show one skill, or run the gate on FILE.py: "
         "profile it, read its code features, and print which skills it allows and why.",
     )
-    actions = skills.add_subparsers(dest="action", required=True)
+    actions = skills.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="every skill, by id")
     listing.add_argument("--target", default=None, help="only skills for this target")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help=JSON_HELP)
     show = actions.add_parser("show", help="one skill in full")
-    show.add_argument("id")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("id", help="the skill's id, from `skills list`")
+    show.add_argument("--json", action="store_true", help=JSON_HELP)
     match = actions.add_parser("match", help="which skills FILE.py's profile and code allow")
-    match.add_argument("file", metavar="FILE.py")
-    match.add_argument("--device", choices=DEVICES, default="cpu")
-    match.add_argument("--size", choices=SIZES, default="default")
+    match.add_argument("file", metavar="FILE.py", help="a KernelBench-format problem")
+    match.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="profile on this device (default: cpu)"
+    )
+    match.add_argument(
+        "--size", choices=SIZES, default="default", help="gpu: apply the problem's GPU_SIZES"
+    )
     match.add_argument(
         "--no-profile",
         action="store_true",
         help="gate on code features only (no sandboxed profile run)",
     )
-    match.add_argument("--json", action="store_true")
+    match.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
 def run_skills(args: argparse.Namespace) -> int:
@@ -49,13 +58,15 @@ def run_skills(args: argparse.Namespace) -> int:
         library = load_skills()
     except SkillError as error:
         raise SkillCommandError(str(error)) from None
-    console = Console()
+    console = make_console()
     if args.action == "list":
         chosen = [s for s in library if args.target is None or args.target in s.targets]
         if args.json:
             print(json.dumps([skill_to_json(s) for s in chosen], indent=2))
             return 0
-        table = Table(title=f"{len(chosen)} skills")
+        from rich.table import Table
+
+        table = Table(title=plural(len(chosen), "skill"), title_justify="left")
         for column in ("id", "targets", "title", "gain"):
             table.add_column(column)
         for skill in chosen:
@@ -76,7 +87,8 @@ def run_skills(args: argparse.Namespace) -> int:
     return _match(args, library, console)
 
 
-def _match(args: argparse.Namespace, library, console: Console) -> int:
+def _match(args: argparse.Namespace, library: Any, console: Console) -> int:
+    from agents.task import SourceFile, TaskLoadError
     from memory.gate import gate
 
     try:
@@ -103,5 +115,7 @@ def _match(args: argparse.Namespace, library, console: Console) -> int:
     console.print(f"\n[bold red]forbidden[/bold red] ({len(result.forbidden)}):")
     for choice in result.forbidden:
         console.print(f"  {choice.skill.id}: {'; '.join(choice.why)}")
-    console.print(f"\n{result.not_triggered} other skills do not apply to this kernel")
+    others = plural(result.not_triggered, "other skill")
+    verb = "does" if result.not_triggered == 1 else "do"
+    console.print(f"\n{others} {verb} not apply to this kernel")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import linecache
 import secrets
 import sys
 import traceback
@@ -20,6 +21,11 @@ from typing import Any
 from agents import pyast
 
 REFERENCE_CLASS = "Model"
+REFERENCE_MARKER = "__kernel_agent_reference__"
+"""A generated problem (the reference compiled, a candidate run under the reference's inputs)
+names the class to judge as its reference with `__kernel_agent_reference__ = "ModelNew"` at
+module level. It never rebinds `Model`: a reference's own `super(Model, self).__init__()`
+looks `Model` up in its module at call time, so a rebound name builds the wrong class."""
 SIZES = ("default", "gpu")
 GPU_SIZES = "GPU_SIZES"
 """Optional module-level dict of size-constant overrides that `--size gpu` applies."""
@@ -61,6 +67,7 @@ class Outline:
     classes: tuple[str, ...]
     functions: tuple[str, ...]
     constants: dict[str, Any] = field(default_factory=dict)
+    reference_class: str = REFERENCE_CLASS
 
 
 def outline(source: SourceFile) -> Outline:
@@ -70,6 +77,7 @@ def outline(source: SourceFile) -> Outline:
     except SyntaxError as error:
         raise TaskLoadError(f"{source.label}:{error.lineno}: syntax error: {error.msg}") from None
     classes, functions, constants = [], [], {}
+    reference_class = REFERENCE_CLASS
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             classes.append(node.name)
@@ -80,14 +88,29 @@ def outline(source: SourceFile) -> Outline:
             if isinstance(target, ast.Name) and target.id.isupper():
                 with contextlib.suppress(ValueError, SyntaxError, TypeError):
                     constants[target.id] = ast.literal_eval(node.value)
-    return Outline(tuple(classes), tuple(functions), constants)
+            named = node.value
+            if (
+                isinstance(target, ast.Name)
+                and target.id == REFERENCE_MARKER
+                and isinstance(named, ast.Constant)
+                and isinstance(named.value, str)
+            ):
+                reference_class = named.value
+    return Outline(tuple(classes), tuple(functions), constants, reference_class)
+
+
+def as_reference(text: str, class_name: str) -> str:
+    """`text` as a problem whose reference is `class_name` (defined in `text`), leaving the
+    name `Model` bound to the file's own class (see REFERENCE_MARKER)."""
+    return f"{text.rstrip()}\n\n{REFERENCE_MARKER} = {class_name!r}\n"
 
 
 def outline_problem(source: SourceFile) -> Outline:
-    """Check that a problem file has the three KernelBench names."""
+    """Check that a problem file has the three KernelBench names (its reference class is
+    `Model` unless a generated problem names another, see REFERENCE_MARKER)."""
     shape = outline(source)
-    if REFERENCE_CLASS not in shape.classes:
-        raise TaskLoadError(f"{source.label}: no `class {REFERENCE_CLASS}` at module level")
+    if shape.reference_class not in shape.classes:
+        raise TaskLoadError(f"{source.label}: no `class {shape.reference_class}` at module level")
     for name in PROBLEM_FUNCTIONS:
         if name not in shape.functions:
             raise TaskLoadError(f"{source.label}: no `def {name}()` at module level")
@@ -125,6 +148,9 @@ def load_module(source: SourceFile, module_name: str) -> types.ModuleType:
     module = types.ModuleType(module_name)
     module.__file__ = source.label
     sys.modules[module_name] = module
+    # `inspect.getsource` must find the text: Triton's @jit reads each kernel's source.
+    lines = source.text.splitlines(keepends=True)
+    linecache.cache[source.label] = (len(source.text), None, lines, source.label)
     try:
         exec(code, module.__dict__)
     except BaseException as error:  # SystemExit and KeyboardInterrupt from a candidate too
@@ -146,11 +172,11 @@ class LoadedProblem:
 def load_problem(source: SourceFile, module_name: str | None = None) -> LoadedProblem:
     """Import a problem. Its module gets an unguessable name by default, so a candidate
     cannot simply `import` the reference."""
-    outline_problem(source)
+    shape = outline_problem(source)
     module = load_module(source, module_name or f"kernel_agent_reference_{secrets.token_hex(8)}")
     return LoadedProblem(
         module=module,
-        model_class=_require(module, REFERENCE_CLASS, source, kind=type),
+        model_class=_require(module, shape.reference_class, source, kind=type),
         get_inputs=_require(module, "get_inputs", source),
         get_init_inputs=_require(module, "get_init_inputs", source),
     )

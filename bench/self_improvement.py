@@ -1,8 +1,11 @@
 """Does the memory make the search cheaper? Run the suite twice through the search: first
 with a cold (empty) memory, then with the memory the first pass left behind, and report the
-evaluations each needed to reach its best speedup.
+evaluations each needed to reach its best speedup, and the seconds the triton-gemm pass's
+kernels spent compiling and autotuning on their first calls (a warm run reuses the winning
+tiles memory/tuning.py kept, so it compiles one config per GEMM site).
 
     python bench/self_improvement.py [bench/problems] [--start S] [--limit N] [--out results.json]
+    python bench/self_improvement.py --device cuda --only 01,09,10,15,19   # GEMM-bound, on a GPU
 
 Uses the offline backend (the only one that runs without an endpoint here); `--llm` and
 `--base-url` pick another. Speeds are the search's own confirmed figures.
@@ -74,6 +77,7 @@ async def one(path: Path, memory: SearchMemory, args, options: EvalOptions) -> d
     finally:
         for model in models:
             await model.aclose()
+    tuning_s = getattr(roles.executor, "tuning_s", 0.0)  # the offline executor's count
     return {
         "problem": problem_name(path),
         "verdict": result.verdict,
@@ -83,6 +87,7 @@ async def one(path: Path, memory: SearchMemory, args, options: EvalOptions) -> d
         "evaluations_to_best": result.evaluations_to_best(),
         "methods": result.methods,
         "elapsed_s": result.elapsed_s,
+        "tuning_s": round(tuning_s, 2),
     }
 
 
@@ -94,7 +99,8 @@ def run_pass(paths, memory_path: Path, args, options) -> list[dict]:
             row = asyncio.run(one(path, memory, args, options))
             print(
                 f"  {row['problem']}: {row['verdict']} {row['speedup']:.2f}x, "
-                f"{row['evaluations_to_best']} evaluations to best of {row['evaluations']}",
+                f"{row['evaluations_to_best']} evaluations to best of {row['evaluations']}, "
+                f"{row['tuning_s']:.1f} s tuning",
                 file=sys.stderr,
             )
             rows.append(row)
@@ -113,9 +119,24 @@ def main() -> int:
     parser.add_argument("--timing-budget", type=float, default=1.0)
     parser.add_argument("--max-evals", type=int, default=40)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument(
+        "--only", default=None, help="comma-separated problem number prefixes, e.g. 01,09,10"
+    )
     args = parser.parse_args()
-    paths = discover(Path(args.path))[args.start :][: args.limit]
-    options = EvalOptions(threads=args.threads, timing_budget_s=args.timing_budget)
+    if args.device == "cuda" and not _cuda_available():
+        print(
+            "self_improvement: --device cuda needs a CUDA GPU, and none is visible", file=sys.stderr
+        )
+        return 2
+    paths = discover(Path(args.path))
+    if args.only:
+        prefixes = tuple(f"{p.strip()}_" for p in args.only.split(",") if p.strip())
+        paths = [p for p in paths if p.name.startswith(prefixes)]
+    paths = paths[args.start :][: args.limit]
+    options = EvalOptions(
+        device=args.device, threads=args.threads, timing_budget_s=args.timing_budget
+    )
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
         memory_path = Path(scratch) / "memory.sqlite3"
@@ -130,7 +151,8 @@ def main() -> int:
     ]
     report = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine_name("cpu"),
+        "machine": machine_name(args.device),
+        "device": args.device,
         "command": "python " + " ".join(sys.argv),
         "llm": args.llm,
         "cold": cold,
@@ -140,6 +162,8 @@ def main() -> int:
         "evaluations_to_best_warm": sum(w["evaluations_to_best"] for _, w in pairs),
         "evaluations_cold": sum(r["evaluations"] for r in cold),
         "evaluations_warm": sum(r["evaluations"] for r in warm),
+        "tuning_s_cold": round(sum(r["tuning_s"] for r in cold), 2),
+        "tuning_s_warm": round(sum(r["tuning_s"] for r in warm), 2),
         "median_ratio_warm_over_cold": (
             statistics.median(w["evaluations_to_best"] / c["evaluations_to_best"] for c, w in pairs)
             if pairs
@@ -155,6 +179,12 @@ def main() -> int:
     return 0
 
 
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 1.0
 
@@ -165,14 +195,16 @@ def markdown(report: dict) -> str:
         f"{report['total_s']:.0f} s.",
         f"- Command: `{report['command']}`",
         "",
-        "| problem | cold: to best / evals | cold speedup | warm: to best / evals | warm speedup |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| problem | cold: to best / evals | cold speedup | cold tuning s "
+        "| warm: to best / evals | warm speedup | warm tuning s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c, w in zip(report["cold"], report["warm"], strict=True):
         lines.append(
             f"| {c['problem']} | {c['evaluations_to_best'] or '-'} / {c['evaluations']} | "
-            f"{c['speedup']:.2f}x | {w['evaluations_to_best'] or '-'} / {w['evaluations']} | "
-            f"{w['speedup']:.2f}x |"
+            f"{c['speedup']:.2f}x | {c.get('tuning_s', 0.0):.1f} | "
+            f"{w['evaluations_to_best'] or '-'} / {w['evaluations']} | "
+            f"{w['speedup']:.2f}x | {w.get('tuning_s', 0.0):.1f} |"
         )
     lines += [
         "",
@@ -183,6 +215,9 @@ def markdown(report: dict) -> str:
         f"- All evaluations: cold {report['evaluations_cold']}, warm {report['evaluations_warm']}"
         f"; geomean speedup cold {report['geomean_speedup_cold']:.2f}x, warm "
         f"{report['geomean_speedup_warm']:.2f}x.",
+        f"- Seconds the triton-gemm kernels spent compiling and autotuning on their first calls "
+        f"in the pass: cold {report.get('tuning_s_cold', 0.0):.1f}, warm "
+        f"{report.get('tuning_s_warm', 0.0):.1f}.",
     ]
     return "\n".join(lines)
 

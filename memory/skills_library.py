@@ -81,15 +81,16 @@ DTYPES = (
 )
 """torch dtype names without the `torch.` prefix, as the profiler writes them."""
 OFFLINE_PASSES = (
-    "algebraic-simplification",
+    "equality-saturation",
     "size1-reduction",
-    "fold-scale-shift",
-    "remove-identities",
     "library-substitution",
     "channels-last",
     "torch-compile",
+    "compile-epilogue",
+    "cudnn-benchmark",
     "cuda-graphs",
     "cpp-elementwise",
+    "triton-gemm",
 )
 
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")

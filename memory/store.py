@@ -231,7 +231,28 @@ def _v2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX attempts_parent ON attempts (parent_id)")
 
 
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
+def _v3(conn: sqlite3.Connection) -> None:
+    """Remembered tuning choices (memory/tuning.py): one winning config per (pass, op
+    signature, shape class, device), so a later run compiles that one instead of a table."""
+    conn.execute(
+        """CREATE TABLE tuning (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            pass_name TEXT NOT NULL,
+            op_signature TEXT NOT NULL,
+            shape_class TEXT NOT NULL,
+            device_name TEXT NOT NULL,
+            config TEXT NOT NULL,
+            time_ms REAL,
+            tuning_s REAL NOT NULL,
+            hits INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            UNIQUE (pass_name, op_signature, shape_class, device_name)
+        )"""
+    )
+
+
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
 """MIGRATIONS[i] takes the schema from version i to i + 1; append, never edit."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -26,16 +26,15 @@ from threading import Event
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
-from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
+from pygls.exceptions import JsonRpcException
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 
 from agents import __version__
-from memory.experiences import ExperienceStore
-from memory.store import MemoryStore, MemoryStoreError
+from server.analysis import Analysis
 from server.client_features import ClientFeatures
 from server.diagnostics import ProfileView, finding_diagnostic, hint_diagnostic
+from server.dispatch import Dispatcher, serve_frames
 from server.documents import Document, DocumentStore
 from server.edits import Rewrite
 from server.features import (
@@ -46,12 +45,16 @@ from server.features import (
     lifecycle,
     rewrites,
 )
-from server.hints import Hint, find_hints
+from server.framing import FrameReader, Read, max_body_from_env
+from server.hints import Hint
 from server.jobs import JobManager
+from server.protocol import KernelAgentProtocol
 from server.settings import SECTION, Settings, load
-from server.targets import Target, find_targets
+from server.targets import Target
 
 if TYPE_CHECKING:
+    from memory.experiences import ExperienceStore
+    from memory.store import MemoryStore
     from server.features.job_control import RunningJob
 
 __all__ = [
@@ -95,28 +98,6 @@ class _State:
     parsed: dict[str, _Parsed] = field(default_factory=dict)
 
 
-class _Answered:
-    """A request already answered with an error: `handle_message` ignores it."""
-
-    jsonrpc = "answered"
-
-
-class KernelAgentProtocol(LanguageServerProtocol):
-    """pygls drops a request whose params do not fit its type without answering; the
-    client would wait forever. Answer it with InvalidParams instead."""
-
-    def structure_message(self, data: dict[str, Any]):
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as error:
-            if not (isinstance(data, dict) and "id" in data and "method" in data):
-                raise
-            cause = " ".join(str(error.__cause__ or error).split())[:300]
-            reply = JsonRpcInvalidParams(message=f"invalid params for {data['method']}: {cause}")
-            self._send_response(data["id"], error=reply.to_response_error())
-            return _Answered()
-
-
 class KernelAgentServer(LanguageServer):
     """pygls' server plus Kernel Agent's state; handlers are registered by `create_server`."""
 
@@ -131,6 +112,7 @@ class KernelAgentServer(LanguageServer):
         self._lens_refresh: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         self._publish_timers: dict[str, asyncio.TimerHandle] = {}
+        self.max_message_bytes = max_body_from_env()
 
     # -- small services --------------------------------------------------------------------
 
@@ -191,7 +173,11 @@ class KernelAgentServer(LanguageServer):
 
     def memory(self) -> ExperienceStore | None:
         """The optimisation memory, opened once per path (None when off or unreadable).
-        Blocking (SQLite): call it from a thread."""
+        Blocking (SQLite): call it from a thread. Imported here: it brings numpy, which
+        the server's start-up need not wait for."""
+        from memory.experiences import ExperienceStore
+        from memory.store import MemoryStore, MemoryStoreError
+
         settings = self.state.settings
         if not settings.memory_enabled:
             return None
@@ -221,12 +207,15 @@ class KernelAgentServer(LanguageServer):
     # -- documents -------------------------------------------------------------------------
 
     def parsed(self, doc: Document) -> _Parsed:
-        """Targets and hints of a document version (computed once per version)."""
+        """Targets and hints of a document version (computed once per version, re-reading
+        only what changed since the last version analysed)."""
         cached = self.state.parsed.get(doc.uri)
         if cached is not None and cached.version == doc.version:
             return cached
-        targets = find_targets(doc.root)
-        parsed = _Parsed(doc.version, targets, find_hints(doc.root, targets))
+        if not isinstance(doc.analysis, Analysis):
+            doc.analysis = Analysis()
+        result = doc.analysis.refresh(doc)
+        parsed = _Parsed(doc.version, result.targets, result.hints)
         self.state.parsed[doc.uri] = parsed
         return parsed
 
@@ -328,22 +317,27 @@ def create_server() -> KernelAgentServer:
     return ls
 
 
+async def _serve(ls: KernelAgentServer, read: Read) -> None:
+    """Frames from `read` until the input ends (`server.framing`, `server.dispatch`)."""
+    dispatcher = Dispatcher(
+        ls.protocol,
+        ls.protocol.send_payload,
+        lambda error: ls.report_server_error(error, JsonRpcException),
+    )
+    assert ls._stop_event is not None
+    await serve_frames(FrameReader(read, ls.max_message_bytes), dispatcher, ls._stop_event)
+
+
 def serve_stdio(ls: KernelAgentServer) -> None:
     """Serve over stdin/stdout; when the client goes away, end every worker first."""
     ls._stop_event = Event()
-    reader = StdinAsyncReader(sys.stdin.buffer, ls.thread_pool)
-    writer = StdoutWriter(sys.stdout.buffer)
-    ls.protocol.set_writer(writer)
+    stdin = sys.stdin.buffer
+    ls.protocol.set_writer(StdoutWriter(sys.stdout.buffer))
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
         try:
-            await run_async(
-                stop_event=ls._stop_event,
-                reader=reader,
-                protocol=ls.protocol,
-                logger=log,
-                error_handler=ls.report_server_error,
-            )
+            await _serve(ls, lambda n: loop.run_in_executor(ls.thread_pool, stdin.read1, n))
         finally:
             await ls.jobs.shutdown()
 
@@ -366,13 +360,7 @@ def serve_tcp(ls: KernelAgentServer, host: str, port: int) -> None:
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             ls.protocol.set_writer(writer)  # type: ignore[arg-type]
             try:
-                await run_async(
-                    stop_event=ls._stop_event,
-                    reader=reader,
-                    protocol=ls.protocol,
-                    logger=log,
-                    error_handler=ls.report_server_error,
-                )
+                await _serve(ls, reader.read)
             except SystemExit:
                 pass
             finally:

@@ -8,14 +8,17 @@ every later edit (lines inserted above shift it) and dropped when its own line i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from agents.profile.report import LineStat, Profile
-from memory.gate import GateResult, gate, op_category
-from memory.skills_library import Skill
 from server.documents import Document, LineEdit, byte_col_to_char, index_to_char
 from server.hints import Hint
+
+if TYPE_CHECKING:  # the skills library takes ~0.1 s to load: only once a profile arrives
+    from memory.gate import GateResult
+    from memory.skills_library import Skill
 
 SOURCE = "kernel-agent"
 MIN_SHARE = 0.05
@@ -62,6 +65,8 @@ def bound_phrase(bound: str, pct: float) -> str:
 
 
 def line_categories(stat: LineStat) -> set[str]:
+    from memory.gate import op_category
+
     return {c for c in (op_category(op.name) for op in stat.ops) if c}
 
 
@@ -105,6 +110,8 @@ def build_view(
     source: str,
 ) -> ProfileView:
     """Findings for the hot lines of `profile` that can still be found in `doc`."""
+    from memory.gate import gate
+
     result = gate(profile, source, device=profile.device)
     findings: list[Finding] = []
     taken: set[int] = set()

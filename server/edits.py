@@ -23,6 +23,7 @@ from tree_sitter import Node
 
 from agents import pyast
 from server.documents import node_text, parse_text
+from server.progress_text import speedup_summary, speedup_text
 from server.synth import parameters_and_call
 from server.targets import Target, find_definition, top_level
 
@@ -52,9 +53,9 @@ class Rewrite:
 
     @property
     def summary(self) -> str:
-        """ "2.31x faster, verified" (with "not re-measured" after a cancelled search)."""
-        state = "verified" if self.confirmed else "verified, not re-measured"
-        return f"{self.speedup:.2f}x faster, {state}"
+        """ "2.31x faster, verified" (with "not re-measured" after a cancelled search): the
+        lens, the notification, the hover and the job's last message all say it so."""
+        return speedup_summary(self.speedup, self.confirmed)
 
 
 @dataclass(frozen=True)
@@ -463,7 +464,7 @@ def _function_wrapper(
         f"def {name}({params}):\n"
         f'    """`{rewrite.target}`, rewritten by kernel-agent: same arguments and result '
         f"(verified on get_inputs()),\n"
-        f'    {rewrite.speedup:.2f}x faster on {rewrite.device}."""\n'
+        f'    {speedup_text(rewrite.speedup)} faster on {rewrite.device}."""\n'
         f"    global {instance}\n"
         f"    if {instance} is None:\n"
         f"        {instance} = {class_name}()\n"

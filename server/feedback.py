@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory.experiences import ExperienceStore
-from memory.store import MemoryStore, MemoryStoreError
-
 
 @dataclass(frozen=True)
 class Decision:
@@ -34,6 +31,9 @@ def record_decision(
     """Mark the lessons whose fast kernel is this rewrite (blocking: run off the loop)."""
     if not enabled:
         return Decision(accepted, 0, "memory is turned off (kernelAgent.memory.enabled)")
+    from memory.experiences import ExperienceStore  # numpy: not at the server's start-up
+    from memory.store import MemoryStore, MemoryStoreError
+
     try:
         with MemoryStore(memory_path) as store:
             ids = ExperienceStore(store).set_feedback_for_source(rewrite_source, accepted)

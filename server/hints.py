@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from server.documents import node_text, walk
+from server.documents import descendants, node_text
 from server.targets import Target
 
 HOST_SYNC_METHODS = {"item", "cpu", "tolist", "numpy"}
@@ -32,6 +32,15 @@ class Hint:
         return self.start[0]
 
 
+_BODY_TYPES = (
+    "call",
+    "for_statement",
+    "while_statement",
+    "binary_operator",
+    "augmented_assignment",
+)
+
+
 @dataclass
 class _Body:
     """One function body, walked once: its calls, loops and operators."""
@@ -45,7 +54,7 @@ class _Body:
         calls: list[tuple[Node, str, Node | None]] = []
         loops: list[Node] = []
         operators: set[str] = set()
-        for node in walk(body):
+        for node in descendants(body, _BODY_TYPES):
             kind = node.type
             if kind == "call":
                 function = node.child_by_field_name("function")
@@ -82,15 +91,22 @@ def hot_bodies(root: Node, targets: list[Target]) -> list[Node]:
             if node_text(inner.child_by_field_name("name")) in names:
                 bodies.append(inner)
         elif inner.type == "class_definition":
-            block = inner.child_by_field_name("body")
-            for member in block.named_children if block is not None else []:
-                method = _definition(member)
-                name = node_text(method.child_by_field_name("name"))
-                if method.type == "function_definition" and (
-                    name == "forward" or name.startswith("_forward")
-                ):
-                    bodies.append(method)
+            bodies.extend(forward_methods(inner))
     return bodies
+
+
+def forward_methods(cls: Node) -> list[Node]:
+    """The `forward` (and `_forward*`) methods of a class: they run on every call."""
+    block = cls.child_by_field_name("body")
+    methods: list[Node] = []
+    for member in block.named_children if block is not None else []:
+        method = _definition(member)
+        name = node_text(method.child_by_field_name("name"))
+        if method.type == "function_definition" and (
+            name == "forward" or name.startswith("_forward")
+        ):
+            methods.append(method)
+    return methods
 
 
 def _definition(node: Node) -> Node:
@@ -101,19 +117,23 @@ def _definition(node: Node) -> Node:
     return node
 
 
-def find_hints(root: Node, targets: list[Target]) -> list[Hint]:
-    """All hints in a document, sorted by position (at most one per rule and line)."""
-    hints: list[Hint] = []
-    for function in hot_bodies(root, targets):
-        body = function.child_by_field_name("body")
-        if body is None:
-            continue
-        summary = _Body.of(body)
-        hints.extend(_host_syncs(summary))
-        hints.extend(_element_loops(summary, _params(function)))
-        hints.extend(_manual_softmax(summary))
-        hints.extend(_manual_norm(summary))
-        hints.extend(_cat_in_loop(summary))
+def function_hints(function: Node) -> list[Hint]:
+    """The hints of one hot function, in rule order (not yet sorted or deduplicated)."""
+    body = function.child_by_field_name("body")
+    if body is None:
+        return []
+    summary = _Body.of(body)
+    return [
+        *_host_syncs(summary),
+        *_element_loops(summary, _params(function)),
+        *_manual_softmax(summary),
+        *_manual_norm(summary),
+        *_cat_in_loop(summary),
+    ]
+
+
+def unique_hints(hints: list[Hint]) -> list[Hint]:
+    """Sorted by position, at most one per rule and line."""
     seen: set[tuple[int, str]] = set()
     unique = []
     for hint in sorted(hints, key=lambda h: (h.start, h.code)):
@@ -121,6 +141,14 @@ def find_hints(root: Node, targets: list[Target]) -> list[Hint]:
             seen.add((hint.line, hint.code))
             unique.append(hint)
     return unique
+
+
+def find_hints(root: Node, targets: list[Target]) -> list[Hint]:
+    """All hints in a document, sorted by position (at most one per rule and line)."""
+    hints: list[Hint] = []
+    for function in hot_bodies(root, targets):
+        hints.extend(function_hints(function))
+    return unique_hints(hints)
 
 
 def _params(function: Node) -> set[str]:

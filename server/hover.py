@@ -3,10 +3,12 @@ optimisation memory learned on similar kernels."""
 
 from __future__ import annotations
 
-from agents.profile.render import _si
-from agents.search.knowledge import signature_for
-from memory.experiences import Experience, ExperienceStore
+from typing import TYPE_CHECKING
+
 from server.diagnostics import Finding, ProfileView, bound_phrase
+
+if TYPE_CHECKING:  # the memory brings numpy: imported when a hover first needs it
+    from memory.experiences import Experience, ExperienceStore
 
 MAX_OPS = 8
 MAX_SKILLS = 3
@@ -18,6 +20,8 @@ def _intensity(value: float | None) -> str:
 
 
 def hot_line_markdown(finding: Finding, view: ProfileView, lessons: list[Experience]) -> str:
+    from agents.profile.render import _si  # brings rich: not at the server's start-up
+
     stat = finding.stat
     profile = view.profile
     parts = [
@@ -62,6 +66,8 @@ def lessons_for(
     """The experiences most similar to this kernel and line (blocking: call off the loop)."""
     if store is None:
         return []
+    from agents.search.knowledge import signature_for  # brings the memory and numpy
+
     signature = signature_for(view.profile, view.gate, view.profile.device)
     query = " ".join([finding.stat.source, *(op.name for op in finding.stat.ops[:3])])
     return [exp for exp, _score in store.retrieve(signature, query_text=query, k=MAX_LESSONS)]

@@ -11,7 +11,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from agents.evalpool.service import BACKENDS as EVAL_BACKENDS
 from agents.llm.base import ROLES
 from agents.llm.config import BACKENDS
 from agents.profile.api import DEVICES
@@ -67,6 +66,8 @@ def _check(name: str, value: Any) -> Any:
     if name == "size":
         return _choice(name, value, SIZES)
     if name == "eval_backend":
+        from agents.evalpool.service import BACKENDS as EVAL_BACKENDS  # ~0.1 s: when set only
+
         return _choice(name, value, EVAL_BACKENDS)
     if name in _COUNTS or name in ("max_tokens", "parallel_evals"):
         if not _integer(value) or value < 1:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from server.job_settings import JOB_KINDS, SettingsError, check_settings
-from server.progress_text import ProgressTracker
+from server.progress_text import ProgressTracker, speedup_summary
 from server.synth import SynthesisError, synthesize_problem
 
 log = logging.getLogger("kernel_agent.server.jobs")
@@ -459,6 +459,9 @@ def _death(returncode: int | None, stderr: collections.deque) -> str:
 
 
 def _final_message(state: str, result: dict | None, error: str | None) -> str:
+    """The job's last line (the progress's end, `kernelAgent.jobs`): for a faster kernel,
+    the result's own speedup in the words the lens and the notification use, which is also
+    what the editor's status bar reads."""
     if state == "failed":
         return error or "failed"
     if result is None:
@@ -466,7 +469,8 @@ def _final_message(state: str, result: dict | None, error: str | None) -> str:
     if result.get("kind") == "profile":
         return f"profiled: {len(result.get('hot_lines') or [])} hot lines"
     if result.get("improved"):
-        text = f"verified {float(result.get('speedup') or 1.0):.2f}x faster"
+        confirmed = bool(result.get("confirmed", state != "cancelled"))
+        text = speedup_summary(float(result.get("speedup") or 1.0), confirmed)
     else:
         text = "no improvement"
     return f"cancelled · {text}" if state == "cancelled" else text

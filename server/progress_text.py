@@ -4,6 +4,14 @@ The search stops at whichever comes first: its iterations, its evaluation budget
 budget or its patience. So the percent is the furthest of the three measurable fractions
 (patience cannot be foreseen: a search that stops early jumps to 100 when it ends). It never
 goes back, and stays below 100 until the job has its result.
+
+One speedup per kernel, said one way: while the search runs, the message names its running
+best as such ("searching: best 8.50x so far"), an early, noisier measurement that the
+confirmation on fresh inputs may lower; once the job ends, the lens, the notification, the
+hover and the progress's last message all say the result's confirmed figure through
+`speedup_summary` ("8.35x faster, verified"), and the editor's status bar reads that
+phrase, never the running best. Verdicts are said in words (`verdict_words`), and counts
+with their right plural.
 """
 
 from __future__ import annotations
@@ -11,6 +19,34 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from agents.display import plural
+
+VERDICT_WORDS = {
+    "no_code": "nothing to rewrite",
+    "compile_error": "compile error",
+    "runtime_error": "runtime error",
+    "timeout": "timed out",
+}
+"""How a verdict reads in a message; the rest ("correct", "incorrect", "rejected",
+"duplicate") are words already. The same words as the CLI's progress lines."""
+
+
+def verdict_words(verdict: str) -> str:
+    """A search verdict for a person: "compile error", not `compile_error`."""
+    return VERDICT_WORDS.get(verdict, verdict.replace("_", " "))
+
+
+def speedup_text(speedup: float) -> str:
+    """The one format of a speedup in the editor: two decimals and "x" ("8.35x")."""
+    return f"{speedup:.2f}x"
+
+
+def speedup_summary(speedup: float, confirmed: bool = True) -> str:
+    """A finished job's figure as every view says it: "8.35x faster, verified" (", not
+    re-measured" when a cancel skipped the confirmation). The status bar parses this."""
+    state = "verified" if confirmed else "verified, not re-measured"
+    return f"{speedup_text(speedup)} faster, {state}"
 
 
 @dataclass
@@ -61,15 +97,21 @@ class ProgressTracker:
         if kind in ("iteration", "plan", "candidate", "new_best"):
             self.message = self.status()
         elif kind == "finished":
-            self.message = f"finished · {self.status()}"
+            # the confirmed figure (or none): no "best", so it is not read as the running one
+            found = f"{speedup_text(self.best)} faster" if event.get("improved") else None
+            self.message = f"finished · {found or 'no improvement'} · {self._candidates()}"
         self.percent = max(self.percent, min(99, int(100 * self.fraction())))
         return (self.percent, self.message) != before
 
     def status(self) -> str:
+        """The running search's line; its best is labelled as the search's own."""
         return (
-            f"iteration {self.iteration}/{self.iterations} · best {self.best:.2f}x · "
-            f"{self.candidates} candidates"
+            f"iteration {self.iteration}/{self.iterations} · searching: best "
+            f"{speedup_text(self.best)} so far · {self._candidates()}"
         )
+
+    def _candidates(self) -> str:
+        return plural(self.candidates, "candidate")
 
     def fraction(self) -> float:
         """The furthest of: iterations done (with the current one's judged share), evaluation

@@ -30,6 +30,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout (default)")
     parser.add_argument("--tcp", metavar="HOST:PORT", default=None, help="serve over TCP")
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logs on stderr")
+    parser.add_argument(
+        "--max-message-bytes",
+        metavar="SIZE",
+        default=None,
+        help="refuse LSP messages larger than SIZE bytes (K/M/G suffixes; default 64M, "
+        "or $KERNEL_AGENT_MAX_MESSAGE_BYTES)",
+    )
 
 
 def parse_address(value: str) -> tuple[str, int]:
@@ -39,14 +46,29 @@ def parse_address(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _max_message_bytes(value: str | None) -> int | None:
+    """--max-message-bytes as bytes (None: the environment's or the default cap)."""
+    if value is None:
+        return None
+    from server.framing import parse_max_body  # not at import: `kernel-agent --help` stays lean
+
+    try:
+        return parse_max_body(value)
+    except ValueError as error:
+        raise ServeUsageError(f"--max-message-bytes: {error}") from None
+
+
 def run_serve(args: argparse.Namespace) -> int:
     if args.tcp and args.stdio:
         raise ServeUsageError("choose --stdio or --tcp, not both")
     address = parse_address(args.tcp) if args.tcp else None
+    max_bytes = _max_message_bytes(getattr(args, "max_message_bytes", None))
     from server.app import configure_logging, create_server, serve_stdio, serve_tcp
 
     configure_logging(args.verbose)
     server = create_server()
+    if max_bytes is not None:
+        server.max_message_bytes = max_bytes
     if address is None:
         serve_stdio(server)
     else:

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agents.evalpool.service import BACKENDS as EVAL_BACKENDS
 from agents.llm.base import ROLES
 from agents.llm.config import BACKENDS, DEFAULT_KEY_ENV, DEFAULT_MODEL
 from agents.task import SIZES
@@ -333,6 +332,8 @@ def _problem(name: str, value: Any) -> str | None:
     if name == "size":
         return None if value in SIZES else f"must be one of {', '.join(SIZES)}"
     if name == "eval_backend":
+        from agents.evalpool.service import BACKENDS as EVAL_BACKENDS  # ~0.1 s: when set only
+
         return None if value in EVAL_BACKENDS else f"must be one of {', '.join(EVAL_BACKENDS)}"
     if name == "rewrite_mode":
         return None if value in REWRITE_MODES else "must be replace or alongside"

@@ -103,15 +103,6 @@ def top_level(root: Node) -> list[Node]:
     return [child for child in root.children if child.is_named]
 
 
-def top_level_functions(root: Node) -> dict[str, Node]:
-    out: dict[str, Node] = {}
-    for node in top_level(root):
-        inner = _definition(node)
-        if inner.type == "function_definition":
-            out[_name(inner)] = node
-    return out
-
-
 def parameters(function: Node) -> list[str]:
     """Plain parameter names of a function (without `self`, `*args`, defaults)."""
     params = function.child_by_field_name("parameters")
@@ -144,52 +135,9 @@ def _method(cls: Node, name: str) -> Node | None:
 
 def find_targets(root: Node) -> list[Target]:
     """Every target in a parsed document, in source order."""
-    nodes = top_level(root)
-    functions = top_level_functions(root)
-    modules = _module_classes(nodes)
-    triton_kernels = _triton_kernels(nodes)
-    cuda = _cuda_extensions(nodes)
-    has_inputs = "get_inputs" in functions
-    has_init = "get_init_inputs" in functions
-    targets: list[Target] = []
-    module_nodes = _module_targets(modules) if (has_inputs or has_init) else []
-    for node in module_nodes:
-        cls = _definition(node)
-        kernels = _kernels_used(node, triton_kernels, cuda)
-        missing, snippet = None, None
-        if not has_inputs:
-            forward = _method(cls, "forward")
-            params = parameters(forward) if forward is not None else []
-            missing, snippet = _missing_inputs(_name(cls), params, "module", f"{_name(cls)}()")
-        elif not has_init:
-            init = _method(cls, "__init__")
-            params = parameters(init) if init is not None else []
-            missing, snippet = _missing_init(_name(cls), params)
-        targets.append(_target(node, "module", kernels, missing, snippet))
-    inside = [(n.start_byte, n.end_byte) for n in module_nodes]
-    launched: set[str] = set()
-    for name, node in functions.items():
-        if name in HARNESS or name in triton_kernels:
-            continue
-        kernels = _kernels_used(node, triton_kernels, cuda)
-        if not kernels:
-            continue
-        launched.update(k.name for k in kernels)
-        languages = {k.language for k in kernels}
-        kind = "triton" if "triton" in languages else "cuda" if "cuda" in languages else "function"
-        missing, snippet = None, None
-        params = parameters(_definition(node))
-        if not has_inputs:
-            missing, snippet = _missing_inputs(name, params, kind, f"{name}(...)")
-        targets.append(_target(node, kind, kernels, missing, snippet, tuple(params)))
-    for node in module_nodes:
-        launched.update(k.name for k in _kernels_used(node, triton_kernels, cuda))
-    for name, kernel in triton_kernels.items():
-        if name in launched or any(s <= kernel.start_byte < e for s, e in inside):
-            continue
-        targets.append(_orphan_kernel(kernel, name))
-    targets.sort(key=lambda t: t.start_line)
-    return targets
+    from server.analysis import full_analysis  # built on this module's helpers
+
+    return full_analysis(root).targets
 
 
 def target_at(targets: list[Target], line: int) -> Target | None:
@@ -235,94 +183,6 @@ def _target(
     )
 
 
-def _module_classes(nodes: list[Node]) -> dict[str, Node]:
-    """Top-level classes that derive from nn.Module, directly or through another one here."""
-    classes: dict[str, tuple[Node, list[str]]] = {}
-    for node in nodes:
-        inner = _definition(node)
-        if inner.type != "class_definition":
-            continue
-        bases = inner.child_by_field_name("superclasses")
-        names = [node_text(b) for b in bases.named_children] if bases is not None else []
-        classes[_name(inner)] = (node, names)
-    modules: dict[str, Node] = {}
-    changed = True
-    while changed:
-        changed = False
-        for name, (node, bases) in classes.items():
-            if name not in modules and any(b in MODULE_BASES or b in modules for b in bases):
-                modules[name] = node
-                changed = True
-    return dict(sorted(modules.items(), key=lambda kv: kv[1].start_byte))
-
-
-def _module_targets(modules: dict[str, Node]) -> list[Node]:
-    """`Model` when present; otherwise the module classes no other module class builds."""
-    if "Model" in modules:
-        return [modules["Model"]]
-    used: set[str] = set()
-    for name, node in modules.items():
-        for call in walk(node):
-            if call.type == "call":
-                callee = _call_name(call)
-                if callee in modules and callee != name:
-                    used.add(callee)
-            elif (
-                call.type == "argument_list"
-                and call.parent is not None
-                and call.parent.type == "class_definition"
-            ):
-                used.update(node_text(b) for b in call.named_children)
-    return [node for name, node in modules.items() if name not in used]
-
-
-def _triton_kernels(nodes: list[Node]) -> dict[str, Node]:
-    kernels: dict[str, Node] = {}
-    for node in nodes:
-        for decorator in _decorators(node):
-            head = decorator.split("(")[0].strip()
-            if head.split(".")[-1] in TRITON_DECORATORS and (
-                head.startswith("triton.") or head in TRITON_DECORATORS
-            ):
-                kernels[_name(_definition(node))] = node
-                break
-    return kernels
-
-
-@dataclass
-class _Extension:
-    """A `load_inline` extension: how Python code reaches it and the kernels it holds."""
-
-    handle: str  # the variable it is assigned to, or the function that returns it
-    via_call: bool  # reached as `handle().fn(...)` rather than `handle.fn(...)`
-    kernels: list[Kernel]
-
-
-def _cuda_extensions(nodes: list[Node]) -> list[_Extension]:
-    strings: dict[str, Node] = {}
-    for node in nodes:
-        assignment = _assignment(node)
-        if assignment is not None:
-            left, right = assignment
-            if right.type in ("string", "concatenated_string"):
-                strings[node_text(left)] = right
-    extensions: list[_Extension] = []
-    for node in nodes:
-        assignment = _assignment(node)
-        if assignment is not None and _is_load_inline(assignment[1]):
-            kernels = _cuda_kernels(assignment[1], strings)
-            extensions.append(_Extension(node_text(assignment[0]), False, kernels))
-            continue
-        inner = _definition(node)
-        if inner.type == "function_definition":
-            for call in walk(inner):
-                if call.type == "call" and _is_load_inline(call):
-                    kernels = _cuda_kernels(call, strings)
-                    extensions.append(_Extension(_name(inner), True, kernels))
-                    break
-    return extensions
-
-
 def _assignment(node: Node) -> tuple[Node, Node] | None:
     """(left, right) of a top-level `name = value` statement."""
     if node.type != "expression_statement" or not node.named_children:
@@ -338,25 +198,6 @@ def _assignment(node: Node) -> tuple[Node, Node] | None:
 
 def _is_load_inline(call: Node) -> bool:
     return call.type == "call" and _call_name(call).split(".")[-1] == "load_inline"
-
-
-def _cuda_kernels(call: Node, strings: dict[str, Node]) -> list[Kernel]:
-    arguments = call.child_by_field_name("arguments")
-    if arguments is None:
-        return []
-    value = None
-    for argument in arguments.named_children:
-        if argument.type == "keyword_argument" and _name(argument) == "cuda_sources":
-            value = argument.child_by_field_name("value")
-    if value is None:
-        return []
-    items = value.named_children if value.type in ("list", "tuple") else [value]
-    kernels: list[Kernel] = []
-    for item in items:
-        node = strings.get(node_text(item)) if item.type == "identifier" else item
-        if node is not None:
-            kernels.extend(_global_functions(node))
-    return kernels
 
 
 def _string_parts(node: Node) -> list[Node]:
@@ -395,43 +236,8 @@ def _global_functions(string: Node) -> list[Kernel]:
     return kernels
 
 
-def _kernels_used(node: Node, triton: dict[str, Node], cuda: list[_Extension]) -> list[Kernel]:
-    """Kernels `node` launches: `k[grid](...)` for Triton, `ext.fn(...)` for CUDA."""
-    found: dict[str, Kernel] = {}
-    for call in walk(node):
-        if call.type != "call":
-            continue
-        function = call.child_by_field_name("function")
-        if function is None:
-            continue
-        if function.type == "subscript":
-            name = node_text(function.child_by_field_name("value"))
-            if name in triton and name not in found:
-                kernel = _definition(triton[name])
-                found[name] = Kernel(
-                    name, "triton", triton[name].start_point.row, kernel.end_point.row
-                )
-        elif function.type == "attribute":
-            owner = function.child_by_field_name("object")
-            if owner is None:
-                continue
-            for ext in cuda:
-                reached = (
-                    owner.type == "call" and _call_name(owner) == ext.handle
-                    if ext.via_call
-                    else owner.type == "identifier" and node_text(owner) == ext.handle
-                )
-                if reached:
-                    for kernel in ext.kernels:
-                        found.setdefault(f"cuda:{kernel.name}", kernel)
-                    if not ext.kernels:  # a C++ (CPU) extension: no kernel lines to point at
-                        found.setdefault(f"ext:{ext.handle}", Kernel(ext.handle, "cpp", -1, -1))
-    return list(found.values())
-
-
-def _orphan_kernel(node: Node, name: str) -> Target:
-    """A Triton kernel nothing launches: it cannot run on its own, so say what to add."""
-    params = parameters(_definition(node))
+def _orphan_target(name: str, params: list[str]) -> tuple[str, str]:
+    """A Triton kernel nothing launches cannot run on its own: what to add (a launcher)."""
     args = [p for p in params if not p.isupper()]
     constants = [f"{p}=..." for p in params if p.isupper()]
     snippet = (
@@ -444,7 +250,7 @@ def _orphan_kernel(node: Node, name: str) -> Target:
         f"No Python function launches `{name}[grid](...)`: add a launcher (and get_inputs() "
         "with its arguments), then optimize the launcher."
     )
-    return _target(node, "triton", [], missing, snippet)
+    return missing, snippet
 
 
 def _missing_inputs(name: str, params: list[str], kind: str, call: str) -> tuple[str, str]:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,3 +46,58 @@ def run_eval(problem: str | Path, candidate: str | Path | SourceFile, **override
 
 def candidate_source(text: str, name: str = "candidate.py") -> SourceFile:
     return SourceFile(text=text, path=f"/virtual/{name}")
+
+
+SANDBOX_MARK = b"sys.path.insert(0, sys.argv[1]); from "  # every sandboxed child's bootstrap
+
+
+def _start_ticks(pid: int | str) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+SESSION_TICKS = _start_ticks(os.getpid())
+
+
+def _adopted(ppid: str) -> bool:
+    """Reparented: to init, or to a Ray raylet (a child subreaper when Ray is set so)."""
+    if ppid == "1":
+        return True
+    try:
+        return Path(f"/proc/{ppid}/comm").read_text().strip() == "raylet"
+    except OSError:
+        return True  # the parent is gone already
+
+
+def orphaned_sandboxes() -> dict[int, str]:
+    """Sandboxed children started during this session whose parent is gone (reparented to
+    init or a subreaper): nothing of ours will ever kill them. pid -> the end of their argv."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if SANDBOX_MARK not in argv or fields[0] == "Z" or not _adopted(fields[1]):
+            continue
+        if int(fields[19]) >= SESSION_TICKS:
+            found[int(entry.name)] = argv.replace(b"\0", b" ").decode(errors="replace")[-80:]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_orphaned_sandbox(request):
+    """A sandboxed child that outlives whatever started it is a leak (a hostile candidate's
+    process left running): the test that leaves one fails, and it is killed so that later
+    tests, which count sandboxed children, are not misled."""
+    yield
+    deadline = time.monotonic() + 5
+    while (orphans := orphaned_sandboxes()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in orphans:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if orphans:
+        pytest.fail(f"{request.node.nodeid} left sandboxed processes behind: {orphans}")

@@ -1,27 +1,49 @@
-"""Every known reward hack, written as a real candidate, must be refused.
+"""Every known reward hack, written as a real candidate, must be refused, or measured at its
+true speed.
 
-Each file in tests/adversarial/ names its problem and two expectations in its header: the
-static rule that must flag it, and the verdict the runtime checks alone must reach when the
-static checker is switched off (defence in depth: neither layer relies on the other).
+Each file in tests/adversarial/ names its problem and its expectations in its header (see
+tests/adversarial/README.md): the static rule that must flag it, the verdict the runtime
+checks alone must reach with the static checker switched off (defence in depth: neither layer
+relies on the other), and for some a stronger expectation (true speed, or a jail that holds).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from agents.sandbox.devicelock import DeviceLock, default_lock_dir
 from agents.verify.verdict import Verdict
-from tests.conftest import ADVERSARIAL, run_eval
+from tests.conftest import ADVERSARIAL, FAST, ROOT, requires_jail, run_eval
 
 CHEATS = sorted(ADVERSARIAL.glob("*.py"))
+FIELDS = ("problem", "static", "runtime", "expect", "limits")
 
 
 def header(path: Path) -> dict[str, str]:
-    fields = dict(re.findall(r"^# (problem|static|runtime): (\S+)", path.read_text(), re.M))
+    fields = dict(re.findall(rf"^# ({'|'.join(FIELDS)}): (.+)$", path.read_text(), re.M))
     assert {"problem", "static", "runtime"} <= set(fields), f"{path.name}: incomplete header"
-    return fields
+    return {key: value.strip() for key, value in fields.items()}
+
+
+def limits(spec: dict[str, str]):
+    """The header's short limits (`build=10 run=8 cache=64M`) over the fast defaults."""
+    values = dict(item.split("=") for item in spec.get("limits", "").split())
+    changes = {}
+    if "build" in values:
+        changes["build_timeout_s"] = float(values["build"])
+    if "run" in values:
+        changes["run_timeout_s"] = float(values["run"])
+    if "cache" in values:
+        changes["cache_bytes"] = int(values["cache"].rstrip("M")) * 1024**2
+    return replace(FAST.limits, **changes)
 
 
 def test_the_suite_covers_every_known_hack():
@@ -39,14 +61,44 @@ def test_the_suite_covers_every_known_hack():
         "stale_folded_weights",
         "tensor_subclass",
         "os_exit_at_import",
+        # issue 18's families
+        "forge_reply_out_of_turn",
+        "walk_frames_to_reply",
+        "patch_own_harness",
+        "memo_by_content",
+        "timing_by_identity",
+        "global_hook_bends",
+        "aten_override_identity",
+        "aten_override_faithful",
+        "grad_and_threads",
+        "cpu_hog_thread",
+        "double_fork_daemon",
+        "precompute_in_prepare",
+        "finish_late",
+        "flood_reply",
+        "ansi_in_error",
+        "cache_bomb",
+        "kill_the_parent",
+        "hang_in_init",
+        "hang_in_timing",
+        "jail_escape",
     ):
         assert hack in names
 
 
-@pytest.mark.parametrize("cheat", CHEATS, ids=lambda p: p.stem)
+REFUSED = [
+    path
+    for path in CHEATS
+    if not (header(path)["static"] == "none" and header(path).get("expect") == "true-speed")
+]
+
+
+@pytest.mark.parametrize("cheat", REFUSED, ids=lambda p: p.stem)
 def test_cheat_is_refused(cheat: Path):
+    """With every check on: refused (a trick no static rule names and that buys nothing is
+    instead measured at its true speed, below)."""
     spec = header(cheat)
-    result = run_eval(spec["problem"], cheat)
+    result = run_eval(spec["problem"], cheat, limits=limits(spec))
     assert result.verdict is not Verdict.CORRECT, result.reasons
     assert result.reasons
     if spec["static"] != "none":
@@ -60,12 +112,76 @@ RUNTIME_CHEATS = [path for path in CHEATS if header(path)["runtime"] != "correct
 @pytest.mark.parametrize("cheat", RUNTIME_CHEATS, ids=lambda p: p.stem)
 def test_runtime_checks_alone_refuse_cheat(cheat: Path):
     spec = header(cheat)
-    overrides = {"static_check": False}
-    if cheat.stem == "hang":
-        overrides["limits"] = run_eval.__globals__["FAST"].limits.__class__(
-            build_timeout_s=120, run_timeout_s=8, address_space_bytes=6 * 1024**3
-        )
-    result = run_eval(spec["problem"], cheat, **overrides)
+    result = run_eval(spec["problem"], cheat, static_check=False, limits=limits(spec))
     assert result.verdict is not Verdict.CORRECT, result.reasons
     if spec["runtime"] != "not-correct":
         assert result.verdict.value == spec["runtime"], result.reasons
+    text = " ".join(result.reasons)
+    assert "\x1b" not in text and "\x07" not in text  # whatever it printed, no escapes
+
+
+TRUE_SPEED = [path for path in CHEATS if header(path).get("expect") == "true-speed"]
+
+
+@pytest.mark.parametrize("cheat", TRUE_SPEED, ids=lambda p: p.stem)
+def test_a_trick_that_buys_nothing_is_measured_at_its_true_speed(cheat: Path):
+    """These computed nothing in the old single-process timing and were measured 4-26x
+    faster; each computes what the reference computes, so its true speed is about 1x. The
+    bound is a security property (no phantom speedup), not a speed claim."""
+    spec = header(cheat)
+    result = run_eval(spec["problem"], cheat, static_check=False, timing_budget_s=0.5)
+    assert result.verdict is Verdict.CORRECT, result.reasons
+    assert result.speedup is not None and result.speedup < 2.0, result.speedup
+
+
+@requires_jail
+def test_the_jail_holds_against_a_root_escape_through_libc():
+    spec = header(ADVERSARIAL / "jail_escape.py")
+    result = run_eval(spec["problem"], ADVERSARIAL / "jail_escape.py", static_check=False)
+    assert "ESCAPED" not in " ".join(result.reasons), result.reasons
+    assert result.verdict is Verdict.CORRECT, result.reasons
+    assert not Path("/etc/kernel-agent-escape").exists()
+
+
+def test_a_hang_in_timing_frees_the_device_at_its_deadline():
+    """The timed call hangs: the verdict comes at the run deadline, and the machine-wide
+    timing lock is free the moment it does (it was held for 300 s before)."""
+    spec = header(ADVERSARIAL / "hang_in_timing.py")
+    started = time.monotonic()
+    result = run_eval(
+        spec["problem"],
+        ADVERSARIAL / "hang_in_timing.py",
+        static_check=False,
+        limits=replace(FAST.limits, run_timeout_s=4),
+        timing_budget_s=30,
+    )
+    assert result.verdict is Verdict.TIMEOUT, result.reasons
+    assert time.monotonic() - started < 60
+    give_up = threading.Event()
+    threading.Timer(1.0, give_up.set).start()
+    lock = DeviceLock(default_lock_dir(), "cpu")
+    assert lock.acquire(give_up), "the device's timing lock is still held"
+    lock.release()
+
+
+KILLER = """
+import sys
+from tests.conftest import run_eval
+result = run_eval("linear_relu.py", sys.argv[1], static_check=False, jail=False)
+print(result.verdict.value)
+"""
+
+
+def test_without_the_jail_a_candidate_cannot_kill_its_parent():
+    """jail=False (--no-jail, asked for explicitly): no PID namespace stands between the
+    candidate and the process that judges it, only the seccomp filter. That process must
+    outlive a candidate that SIGKILLs it and its process group."""
+    done = subprocess.run(
+        [sys.executable, "-c", KILLER, str(ADVERSARIAL / "kill_the_parent.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert done.stdout.strip().splitlines()[-1] == "compile_error", done.stdout

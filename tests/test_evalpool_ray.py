@@ -79,8 +79,8 @@ def _reopened(pool):
 
 
 def _sandbox_children() -> dict[int, tuple[int, list[str]]]:
-    """The sandboxed verifier children alive on this machine (zombies are dead):
-    pid → (parent pid, argv)."""
+    """The candidates' sandboxed workers alive on this machine (zombies are dead; each
+    evaluation also has a reference worker, left out): pid → (parent pid, argv)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -90,7 +90,7 @@ def _sandbox_children() -> dict[int, tuple[int, list[str]]]:
             stat = (entry / "stat").read_text()
         except OSError:  # gone while we looked
             continue
-        if not any(b"agents.verify.child" in arg for arg in argv):
+        if not any(b"agents.verify.serve" in arg for arg in argv) or b"candidate" not in argv:
             continue
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]
         if state != "Z":

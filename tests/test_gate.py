@@ -18,15 +18,41 @@ GATED = {
     "manual_layernorm": "18_manual_layernorm.py",
     "gemm_scale_shift": "15_gemm_scale_shift.py",
     "attention": "20_attention_block.py",
+    "conv_batchnorm": "21_residual_conv_block.py",
 }
+IDENTITIES = SourceFile(
+    """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.0)
+        self.keep = nn.Identity()
+
+    def forward(self, x):
+        y = self.drop(x.clone()).contiguous() * 1
+        return self.keep(y.transpose(0, 1).transpose(0, 1).contiguous()) + 0
+
+
+def get_inputs():
+    return [torch.randn(512, 1024)]
+
+
+def get_init_inputs():
+    return []
+""",
+    "identities.py",
+)
 
 
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     result = {}
-    for key, name in GATED.items():
-        source = SourceFile.from_path(PROBLEMS / name)
+    sources = {key: SourceFile.from_path(PROBLEMS / name) for key, name in GATED.items()}
+    for key, source in {**sources, "identities": IDENTITIES}.items():
         result[key] = (profile_file(source, threads=1, repeat=2, cache_dir=cache), source)
     return result
 
@@ -65,10 +91,10 @@ def test_code_features_on_the_bench_problems():
     assert set(features("21_residual_conv_block.py")) <= set(ALL_FEATURES)
 
 
-def test_gemm_then_sum_allows_algebraic_simplification(profiles):
+def test_gemm_then_sum_allows_equality_saturation(profiles):
     profile, source = profiles["gemm_sum"]
     result = gate(profile, source.text)
-    assert "algebraic-simplification" in passes(result)
+    assert "equality-saturation" in passes(result)
     assert result.facts.hot_categories.get("gemm", 0) > 0.3
 
 
@@ -78,9 +104,13 @@ def test_hand_written_softmax_and_norm_allow_library_substitution(profiles):
         assert "library-substitution" in passes(gate(profile, source.text)), key
 
 
-def test_constant_scale_after_linear_allows_folding(profiles):
-    profile, source = profiles["gemm_scale_shift"]
-    assert "fold-scale-shift" in passes(gate(profile, source.text))
+def test_what_the_pattern_passes_were_gated_for_allows_equality_saturation(profiles):
+    """The equality-saturation pass replaced algebraic-simplification, fold-scale-shift and
+    remove-identities: a scale after a linear, BatchNorm after a conv, and copies and
+    identities still get it."""
+    for key in ("gemm_scale_shift", "conv_batchnorm", "identities"):
+        profile, source = profiles[key]
+        assert "equality-saturation" in passes(gate(profile, source.text)), key
 
 
 def test_cpu_profiles_never_allow_cuda_or_triton_skills(profiles):

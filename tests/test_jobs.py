@@ -449,7 +449,7 @@ def test_progress_reads_the_search_events_honestly():
     for event in events:
         tracker.observe(event)
         percents.append(tracker.percent)
-    assert tracker.message == "iteration 3/16 · best 1.80x · 4 candidates"
+    assert tracker.message == "iteration 3/16 · searching: best 1.80x so far · 4 candidates"
     assert percents == sorted(percents) and percents[-1] == 44  # 44 of 100 evaluations
     tracker.observe({"kind": "iteration", "iteration": 4, "iterations": 16, "evaluations": 44})
     assert tracker.percent == 44  # never backwards

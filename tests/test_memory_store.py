@@ -107,7 +107,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rows(tmp_path):
     conn.close()
 
     with MemoryStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         experiences = ExperienceStore(store)
         old = experiences.get(7)
         assert old is not None

@@ -29,8 +29,9 @@ def simulated(build_s: float, measure_s: float) -> SourceFile:
     return SourceFile(f"{build_s} {measure_s}", "/virtual/simulated.py")
 
 
-def simulated_evaluate(reference, candidate, options: EvalOptions, cancel=None, gate=None):
-    """`evaluate` with the reviewer swapped for tests/simulated/gpu_child.py."""
+def simulated_evaluate(reference, candidate, options: EvalOptions, cancel=None, gate=None, **_):
+    """`evaluate` with the reviewer swapped for tests/simulated/gpu_child.py (no warm or spare
+    workers to keep: the simulated child judges in one process)."""
     build_s, measure_s = (float(v) for v in candidate.text.split())
     outcome = run_child(
         {"build_s": build_s, "measure_s": measure_s},

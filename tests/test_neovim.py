@@ -30,7 +30,11 @@ SCRIPT = Path(__file__).parent / "nvim" / "optimize_accept.lua"
 PROBLEM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
 MIN_VERSION = (0, 11)
 SESSION_TIMEOUT_S = 300
-MAX_EVALS = 2  # the offline planner's second candidate is the verified algebraic rewrite
+# Either algebraic rewrite sums the weight before the GEMM; timing noise picks the winner:
+# algebraic-simplification writes `self.weight.sum(0, ...)`, equality saturation sums
+# `self.weight.T` over its output dim through a named intermediate.
+WEIGHT_SUMMED = re.compile(r"self\.weight\.sum\(|torch\.sum\(getattr_\d+, 1, keepdim=True\)")
+MAX_EVALS = 2  # the offline planner tries the two algebraic rewrites first
 
 HINT_FILE = '''"""A forward with a host sync: the server marks it with a static hint."""
 
@@ -194,7 +198,8 @@ def test_show_diff_opens_the_diff_in_neovim(session: dict[str, Any]) -> None:
     assert session["diff_buffer_name"].endswith(".Model.diff")
     diff = session["diff_text"]
     assert "-        x = torch.matmul(x, self.weight.T)" in diff
-    assert any(line.startswith("+") and "self.weight.sum(" in line for line in diff.splitlines())
+    added = [line for line in diff.splitlines() if line.startswith("+")]
+    assert any(WEIGHT_SUMMED.search(line) for line in added), added
 
 
 def test_accept_puts_the_verified_rewrite_in_the_buffer(session: dict[str, Any]) -> None:
@@ -208,11 +213,14 @@ def test_accept_puts_the_verified_rewrite_in_the_buffer(session: dict[str, Any])
     # summed before the GEMM), and the harness functions are untouched.
     assert len(re.findall(r"^class Model\(nn\.Module\):", text, re.M)) == 1
     assert "ModelNew" not in text
-    assert "self.weight.sum(" in text
+    assert WEIGHT_SUMMED.search(text), text
     assert "torch.matmul(x, self.weight.T)" not in text
     assert "# Rewritten by kernel-agent:" in text
     assert "def get_inputs():" in text and "def get_init_inputs():" in text
-    assert "import torch.nn.functional as F" in text
+    # Whichever verified rewrite won, a name it uses is imported (the winner varies with
+    # timing: the addmm form needs none, an F.linear form needs F).
+    if re.search(r"\bF\.", text):
+        assert "import torch.nn.functional as F" in text
     shown = [m["message"] for m in session["messages"]]
     assert any("applied the rewrite of `Model` in place" in m for m in shown), shown
     # The server saw Neovim's didChange: at the moved class, nothing is pending any more.

@@ -1,5 +1,6 @@
-"""fxtools' trace/emit round trip and the algebra passes, each output judged by the real
-verifier (static check, trials, state_dict compatibility, reload check)."""
+"""fxtools' trace/emit round trip, the size-1 reduction pass and float attributes kept as
+attributes, each output judged by the real verifier (static check, trials, state_dict
+compatibility, reload check)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,8 @@ import torch
 
 from agents.evaluate import EvalOptions, evaluate
 from agents.offline import fxtools
-from agents.offline.passes.algebra import (
-    AlgebraicSimplification,
-    FoldScaleShift,
-    RemoveIdentities,
-    Size1Reduction,
-)
+from agents.offline.egraph.saturate import EqualitySaturation
+from agents.offline.passes.algebra import Size1Reduction
 from agents.offline.passes.base import PassError, Program, Rewrite
 from agents.task import SourceFile
 from agents.verify.static_check import check_candidate
@@ -62,7 +59,7 @@ def judge(problem: str, candidate: str, path: str = "problem.py") -> EvalResult:
 
 def assert_verified(problem: str, rewrite: Rewrite, path: str = "problem.py") -> str:
     assert rewrite.source is not None, rewrite.summary
-    assert rewrite.method == "fx" and rewrite.changes
+    assert rewrite.method in ("fx", "egraph") and rewrite.changes
     assert check_candidate(rewrite.source) == []
     result = judge(problem, rewrite.source, path)
     assert result.correct, result.reasons
@@ -175,7 +172,7 @@ def test_trace_errors_are_one_line_with_the_line() -> None:
     assert "\n" not in message and message.startswith("fx cannot trace forward")
     assert "line 8: if x.sum() > 0:" in message
     with pytest.raises(PassError, match=r"self\.training"):
-        RemoveIdentities().apply(program(TRAINING_BRANCH))
+        EqualitySaturation().apply(program(TRAINING_BRANCH))
     frozen = UNTRACEABLE_SOURCE.replace("if x.sum() > 0:", "if True:").replace(
         "return x\n", "return x * torch.ones(4).repeat(1)\n"
     )
@@ -183,63 +180,17 @@ def test_trace_errors_are_one_line_with_the_line() -> None:
         fxtools.trace(program(frozen))
 
 
-# -- algebraic simplification ----------------------------------------------------------------
+# -- the equality-saturation pass, which replaced the pattern passes ----------------------------
+# (algebraic-simplification, fold-scale-shift, remove-identities: their examples are in
+# tests/test_egraph_algebra.py)
 
 
-def test_sum_after_gemm_divide_moves_onto_the_weight() -> None:
-    text, path = bench("13_gemm_divide")
-    source = assert_verified(text, AlgebraicSimplification().apply(program(text, path)), path)
-    forward = forward_of(source)
-    assert "self.weight.sum(0, keepdim=True)" in forward and "torch.sum" not in forward
+def saturated(text: str, path: str = "problem.py") -> Rewrite:
+    return fxtools.apply_general_first(EqualitySaturation(), program(text, path))
 
 
-def test_sum_after_linear_then_size1_cleanup() -> None:
-    text, path = bench("14_matmul_sum")
-    rewrite = AlgebraicSimplification().apply(program(text, path))
-    forward = forward_of(assert_verified(text, rewrite, path))
-    assert "F.linear(x, " in forward
-    for gone in ("torch.max", "torch.mean", "logsumexp", "self.linear(x)"):
-        assert gone not in forward
-
-
-MEAN_SHIFT = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, n, m):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(n, m) / n**0.5)
-        self.b = nn.Parameter(torch.randn(m))
-        self.fc = nn.Linear(n, m)
-
-    def forward(self, x):
-        a = torch.mean(0.5 - torch.addmm(self.b, x, self.w), dim=-1)
-        c = (torch.matmul(x, self.w) * 3.0 + 2.0).sum(1)
-        return a + c + self.fc(x).mean(-1)
-
-
-def get_inputs():
-    return [torch.randn(16, 32)]
-
-
-def get_init_inputs():
-    return [32, 24]
-"""
-
-
-def test_mean_and_shifted_sum_through_addmm_and_matmul() -> None:
-    rewrite = AlgebraicSimplification().apply(program(MEAN_SHIFT))
-    assert len(rewrite.changes) == 3
-    forward = forward_of(assert_verified(MEAN_SHIFT, rewrite))
-    assert "self.w.mean(-1, keepdim=True)" in forward and "self.w.sum(-1, keepdim=True)" in forward
-
-
-def test_algebraic_simplification_declines_without_a_linear_reduction() -> None:
-    text, path = bench("12_sum_max")
-    rewrite = AlgebraicSimplification().apply(program(text, path))
-    assert rewrite.source is None and "linear map" in rewrite.summary
+def rules_of(rewrite: Rewrite) -> set[str]:
+    return set(rewrite.summary.split("rules: ")[1].split(", "))
 
 
 # -- size-1 reductions -----------------------------------------------------------------------
@@ -303,128 +254,6 @@ def test_size1_needs_a_dim_that_is_one_by_construction() -> None:
     assert Size1Reduction().apply(program(text, path)).source is None
 
 
-# -- scale/shift folding ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["11_conv_bias", "15_gemm_scale", "16_conv_scale"])
-def test_fold_scale_shift_on_bench(name: str) -> None:
-    text, path = bench(name)
-    rewrite = FoldScaleShift().apply(program(text, path))
-    forward = forward_of(assert_verified(text, rewrite, path))
-    assert "self.conv(x)" not in forward and "self.linear(x)" not in forward
-    if name.startswith("15"):
-        assert "torch.addmm(" in forward and "alpha=2.5" in forward
-    else:
-        assert "torch.conv2d(x, " in forward and "self.conv.weight * 0.5" in forward
-
-
-FOLD = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.small = nn.Linear(8, 4)
-        self.big = nn.Linear(64, 64)
-        self.conv = nn.Conv2d(3, 4, 3, bias=False)
-        self.register_buffer("gain", torch.rand(4) + 0.5)
-        self.offset = nn.Parameter(torch.randn(1, 4, 1, 1))
-
-    def forward(self, x, z, img):
-        a = 2.0 - self.small(x) * self.gain
-        b = self.big(z) * z.mean()
-        c = (self.conv(img) - self.offset) / 4.0
-        return a, b, c
-
-
-def get_inputs():
-    return [torch.randn(2, 16, 8), torch.randn(3, 64), torch.randn(2, 3, 12, 12)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def test_fold_per_channel_constants_where_it_pays() -> None:
-    rewrite = FoldScaleShift().apply(program(FOLD))
-    assert len(rewrite.changes) == 2, rewrite.changes  # b: the scale is not a plain constant
-    forward = forward_of(assert_verified(FOLD, rewrite))
-    assert "self.big(z)" in forward and "self.small(x)" not in forward
-    assert "F.linear(x, " in forward and "torch.conv2d(img, " in forward
-
-
-def test_fold_declines_when_the_weight_is_larger() -> None:
-    text = FOLD.replace("z.mean()", "self.big.bias").replace("(2, 16, 8)", "(2, 8)")
-    text = text.replace("a = 2.0 - self.small(x) * self.gain", "a = self.small(x)")
-    text = text.replace("c = (self.conv(img) - self.offset) / 4.0", "c = img")
-    rewrite = FoldScaleShift().apply(program(text))
-    assert rewrite.source is None and "costs more than scaling its output" in rewrite.summary
-
-
-# -- identities ------------------------------------------------------------------------------
-
-
-IDENTITIES = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Model(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.proj = nn.Linear(dim, dim)
-        self.drop = nn.Dropout(0.0)
-        self.keep = nn.Identity()
-        self.noisy = nn.Dropout(0.5)
-
-    def forward(self, x):
-        y = self.proj(x) * 1
-        y = self.drop(y) + 0
-        y = y.transpose(0, 1).transpose(0, 1).contiguous()
-        y = F.dropout(y, p=0.0).permute(1, 0).permute(1, 0)
-        y = y.view(y.shape[0], y.shape[1]).unsqueeze(1).squeeze(1)
-        y = self.keep(y.clone()) / 1
-        return self.noisy(torch.relu(y)), x.clone()
-
-
-def get_inputs():
-    return [torch.randn(8, 16)]
-
-
-def get_init_inputs():
-    return [16]
-"""
-
-
-def test_remove_identities() -> None:
-    rewrite = RemoveIdentities().apply(program(IDENTITIES))
-    forward = forward_of(assert_verified(IDENTITIES, rewrite))
-    assert forward.count("\n        ") == 5, forward  # proj, relu, noisy, clone, return
-    assert "self.noisy(" in forward and "x.clone()" in forward
-
-
-def test_remove_identities_around_in_place_writes() -> None:
-    """A write into a fresh tensor keeps that tensor (`/ 1` stays); a write into a tensor
-    something already read leaves the whole graph alone."""
-    private = IDENTITIES.replace("return self.noisy", "y.add_(1)\n        return self.noisy")
-    rewrite = RemoveIdentities().apply(program(private))
-    forward = forward_of(assert_verified(private, rewrite))
-    assert ".add_(1)" in forward and " / 1" in forward and "self.keep(" not in forward
-    shared = IDENTITIES.replace(
-        "return self.noisy(torch.relu(y))",
-        "r = torch.relu(y)\n        y.add_(1)\n        return self.noisy(r)",
-    )
-    rewrite = RemoveIdentities().apply(program(shared))
-    assert rewrite.source is None and "in place" in rewrite.summary
-    text, path = bench("09_gemm_relu")
-    rewrite = RemoveIdentities().apply(program(text, path))
-    assert rewrite.source is None and "no identity ops" in rewrite.summary
-
-
 CONTAINERS = """
 import torch
 import torch.nn as nn
@@ -477,43 +306,6 @@ def test_emit_writes_containers_defaults_and_helper_methods() -> None:
     torch.testing.assert_close(got[3], reference.inputs[0] * 2)
 
 
-INPLACE_RELU = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.act = nn.ReLU(inplace=True)
-
-    def forward(self, x):
-        y = self.act(self.conv(x) * 0.5 + 1.0)
-        z = y * 1
-        z.relu_()
-        return y, z
-
-
-def get_inputs():
-    return [torch.randn(2, 3, 16, 16)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def test_private_in_place_writes_do_not_block_a_rewrite() -> None:
-    """conv -> ReLU(inplace=True) writes into a tensor nobody else sees: folding is safe,
-    but `z = y * 1` stays, since `z.relu_()` would otherwise write into y."""
-    rewrite = FoldScaleShift().apply(program(INPLACE_RELU))
-    forward = forward_of(assert_verified(INPLACE_RELU, rewrite))
-    assert "torch.conv2d(x, " in forward and "self.act(" in forward
-    rewrite = RemoveIdentities().apply(program(INPLACE_RELU))
-    assert rewrite.source is None
-
-
 NO_INIT = """
 import torch
 import torch.nn as nn
@@ -550,7 +342,7 @@ def test_scalars_frozen_into_forward_are_guarded_in_init():
     compute something else."""
     text, path = bench("13_")
     text = shrink(text)
-    rewrite = AlgebraicSimplification().apply(program(text, path))
+    rewrite = EqualitySaturation().apply(program(text, path))
     assert rewrite.source is not None
     assert "_check_specialised(self, {'scaling_factor': 1.5})" in rewrite.source
     assert judge(text, rewrite.source, path).correct
@@ -601,9 +393,9 @@ def _rebuilt(source: str, name: str, *init) -> torch.nn.Module:
 def test_a_float_attribute_stays_an_attribute_so_one_rewrite_serves_every_argument():
     text, path = bench("13_")
     text = shrink(text)
-    rewrite = fxtools.apply_general_first(AlgebraicSimplification(), program(text, path))
+    rewrite = fxtools.apply_general_first(EqualitySaturation(), program(text, path))
     source = assert_verified(text, rewrite, path)
-    assert "* self.scaling_factor" in forward_of(source)
+    assert "self.scaling_factor" in forward_of(source)
     assert "_check_specialised" not in source and "1.5" not in forward_of(source)
     for scale in (2.0, -0.25, 0.0):
         model = _rebuilt(text, "Model", 32, 32, scale)
@@ -613,14 +405,38 @@ def test_a_float_attribute_stays_an_attribute_so_one_rewrite_serves_every_argume
         torch.testing.assert_close(new(x), model(x), rtol=1e-4, atol=1e-4)
 
 
+DIVIDED = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n, m, divisor):
+        super().__init__()
+        self.fc = nn.Linear(n, m)
+        self.divisor = divisor
+
+    def forward(self, x):
+        return torch.sum(self.fc(x) / self.divisor, dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(64, 512)]
+
+
+def get_init_inputs():
+    return [512, 512, 2.0]
+"""
+
+
 def test_a_float_the_pass_needs_the_value_of_is_frozen_in_and_guarded():
-    """Folding `* scale + shift` into the GEMM needs their values (a non-finite scale does
-    not fold): the general attempt declines, and the frozen one is guarded."""
-    text, path = bench("15_")
-    text = shrink(text)
-    rewrite = fxtools.apply_general_first(FoldScaleShift(), program(text, path))
-    source = assert_verified(text, rewrite, path)
-    assert "_check_specialised(self, {" in source and "'scale'" in source
+    """Moving a sum through `/ self.divisor` needs the divisor's value (a sum of x / 0 is not
+    the sum divided by 0): the general attempt finds nothing cheaper, and the frozen one is
+    guarded."""
+    rewrite = fxtools.apply_general_first(EqualitySaturation(), program(DIVIDED))
+    source = assert_verified(DIVIDED, rewrite)
+    assert "_check_specialised(self, {'divisor': 2.0})" in source
+    assert "sum-through-linear" in rules_of(rewrite)
 
 
 def test_a_float_attribute_in_python_control_flow_falls_back_to_the_frozen_trace():

@@ -16,8 +16,8 @@ SIGNATURE = TaskSignature(
 )
 SKILLS = [
     SkillBrief("torch-compile-fusion", "Compile", offline_pass="torch-compile"),
-    SkillBrief("torch-reduce-before-gemm", "Reduce first", offline_pass="algebraic-simplification"),
-    SkillBrief("torch-remove-identities", "Identities", offline_pass="remove-identities"),
+    SkillBrief("torch-equality-saturation", "Saturate", offline_pass="equality-saturation"),
+    SkillBrief("torch-size1-reduction-noop", "Size 1", offline_pass="size1-reduction"),
     SkillBrief("cpu-vectorize", "Vectorise"),  # no offline pass: never planned
 ]
 
@@ -54,12 +54,12 @@ def test_without_memory_the_gate_order_holds_minus_applied_and_failed():
     planner = OfflinePlanner(None, "cpu")
     assert plans(planner, context()) == [
         "torch-compile",
-        "algebraic-simplification",
-        "remove-identities",
+        "equality-saturation",
+        "size1-reduction",
     ]
     ctx = context(
-        applied_methods=["algebraic-simplification"],
-        avoid_plans=["Identities (offline pass remove-identities) [remove-identities]"],
+        applied_methods=["equality-saturation"],
+        avoid_plans=["Size 1 (offline pass size1-reduction) [size1-reduction]"],
     )
     assert plans(planner, ctx) == ["torch-compile"]
 
@@ -90,12 +90,12 @@ def _experience(pass_name: str, speedup: float) -> Experience:
 def test_memory_moves_a_pass_that_paid_ahead_and_one_that_hurt_behind(tmp_path):
     with MemoryStore(tmp_path / "m.sqlite3") as store:
         experiences = ExperienceStore(store)
-        experiences.add(_experience("remove-identities", 3.0))
+        experiences.add(_experience("size1-reduction", 3.0))
         experiences.add(_experience("torch-compile", 0.5))
         planner = OfflinePlanner(experiences, "cpu")
         assert plans(planner, context()) == [
-            "remove-identities",
-            "algebraic-simplification",
+            "size1-reduction",
+            "equality-saturation",
             "torch-compile",
         ]
         plan = asyncio.run(planner.plan(context(seed=0)))
@@ -104,7 +104,7 @@ def test_memory_moves_a_pass_that_paid_ahead_and_one_that_hurt_behind(tmp_path):
 
 def test_the_offline_summary_states_the_measurement():
     summarizer = OfflineSummarizer("cpu")
-    good = asyncio.run(summarizer.summarize("s", "f", 2.5, "Fold [fold-scale-shift]", False))
+    good = asyncio.run(summarizer.summarize("s", "f", 2.5, "Fold [equality-saturation]", False))
     assert "2.50x" in good.lesson and "Fold" in good.title
     bad = asyncio.run(summarizer.summarize("s", "f", 1.5, "Compile [torch-compile]", True))
     assert "slower" in bad.lesson and "do not" in bad.lesson
@@ -121,7 +121,7 @@ def test_without_a_profile_every_offline_pass_is_planned_rewrites_before_compile
         if plan is None:
             break
         methods.append(plan.method)
-    assert "algebraic-simplification" in methods and "torch-compile" in methods
+    assert "equality-saturation" in methods and "torch-compile" in methods
     assert "channels-last" not in methods  # the gate's "forbidden" still holds
     assert "cuda-graphs" not in methods  # a CUDA-only pass, on the CPU
     first_compiler = min(methods.index(m) for m in ("torch-compile", "cpp-elementwise"))

@@ -56,7 +56,7 @@ class ModelNew(nn.Module):
 CANARY = "sk-ant-api03-CANARY-7f3c9a1e5b2d4c6e8a0b1c2d3e4f5a6b7c8d9e0f1a2b"
 PLAN_SUM = {
     "title": "Sum the weight rows before the GEMM",
-    "method": "algebraic-simplification",
+    "method": "reduce-before-gemm",
     "skill_id": None,
     "details": "sum(x @ W.T, dim=1) equals x @ W.sum(0): do a matrix-vector product.",
 }
@@ -157,7 +157,7 @@ def test_scripted_search_returns_the_planted_kernel_and_remembers_it(tmp_path):
     report = json.loads(done.stdout)
     assert report["verdict"] == "correct" and report["speedup"] > 1.0
     assert report["confirmed"] is True
-    assert report["methods"] == ["algebraic-simplification"]
+    assert report["methods"] == ["reduce-before-gemm"]
     assert "self.weight.sum(dim=0)" in output.read_text()
     assert report["output"] == str(output)
     assert report["evaluations"] >= 2  # the candidate, then its confirmation

@@ -144,12 +144,26 @@ def test_every_skill_has_a_trigger_and_a_full_text(shipped):
         assert skill.gain_estimate > 0
 
 
+# Tensor-core skills that keep fp32 accuracy (split products), allowed on fp32 on purpose.
+FP32_ACCURATE = {"triton-gemm-3xtf32-epilogue"}
+
+
 def test_tensor_core_skill_is_forbidden_for_fp32(shipped):
-    tensor_core = [s for s in shipped if "tensor core" in s.title.lower()]
+    tensor_core = [
+        s for s in shipped if "tensor core" in s.title.lower() and s.id not in FP32_ACCURATE
+    ]
     assert tensor_core
     for skill in tensor_core:
         assert skill.forbid_when is not None and skill.forbid_when.dtypes == ("float32",)
         assert "float32" not in (skill.trigger.dtypes or ())
+
+
+def test_fp32_accurate_tensor_core_skills_forbid_plain_tf32(shipped):
+    accurate = [s for s in shipped if s.id in FP32_ACCURATE]
+    assert [s.id for s in accurate] == sorted(FP32_ACCURATE)
+    for skill in accurate:
+        assert skill.trigger.dtypes == ("float32",)
+        assert any("tf32" in p and "never" in p for p in skill.forbidden_patterns)
 
 
 def test_skill_to_json_is_plain_json(shipped):

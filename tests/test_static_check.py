@@ -563,7 +563,7 @@ def test_side_stream_work_is_flagged(src):
     "src",
     [
         "import kernel_agent_reference_0123abcd as ref\nx = ref.__dict__['Mo' + 'del']\n",
-        "import agents.verify.child\n",
+        "import agents.verify.serve\n",
         "from agents.verify import compare\ncompare._allclose = None\n",
     ],
 )

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agents.bench.render import markdown_report, plot_report, render_report
 from agents.bench.report import BenchReport, merge_reports
-from agents.bench.runner import BenchOptions, run_bench
+from agents.bench.runner import BenchOptions, check_resumable, run_bench
 from agents.bench.suite import BASELINES, discover
+from agents.display import make_console
 from agents.evalpool import add_pool_arguments, pool_settings
 from agents.evaluate import DEVICES, EvalError, EvalOptions
 from agents.task import SIZES
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_bench_parser(commands) -> None:
@@ -26,15 +31,41 @@ def add_bench_parser(commands) -> None:
         description="Verify and time a baseline (torch.compile) against eager for every "
         "problem in PATH: our bench/problems, or a KernelBench checkout's level folders.",
     )
-    bench.add_argument("path", metavar="PATH", nargs="?", default="bench/problems")
-    bench.add_argument("--device", choices=DEVICES, default="cpu")
-    bench.add_argument("--size", choices=SIZES, default="default")
-    bench.add_argument("--baseline", choices=BASELINES, default="torch.compile")
+    bench.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="?",
+        default="bench/problems",
+        help="a problem, a folder of problems or a KernelBench checkout (default: %(default)s)",
+    )
+    bench.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="where to run and time (default: cpu)"
+    )
+    bench.add_argument(
+        "--size",
+        choices=SIZES,
+        default="default",
+        help="the problems' own sizes, or their GPU_SIZES (default: default)",
+    )
+    bench.add_argument(
+        "--baseline",
+        choices=BASELINES,
+        default="torch.compile",
+        help="what is timed against eager (eager: an A/A check of the timing)",
+    )
     bench.add_argument("--levels", default=None, help="KernelBench levels, e.g. 1,2")
     bench.add_argument("--start", type=int, default=0, help="skip the first N problems")
     bench.add_argument("--limit", type=int, default=None, help="run at most N problems")
-    bench.add_argument("--threads", type=int, default=None)
-    bench.add_argument("--timing-budget", type=float, default=3.0, metavar="SECONDS")
+    bench.add_argument(
+        "--threads", type=int, default=None, help="CPU threads per side (default: all cores)"
+    )
+    bench.add_argument(
+        "--timing-budget",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="timing time per problem before the medians must be stable (default: 3)",
+    )
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
     bench.add_argument(
         "--markdown", action="store_true", help="print a Markdown table for bench/RESULTS.md"
@@ -48,8 +79,20 @@ def add_bench_parser(commands) -> None:
         help="render earlier reports instead of running; several parts of one run are merged",
     )
     bench.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    bench.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RESULTS.json",
+        help="continue the run saved there (and write it after every problem, unless --out "
+        "names another file): problems with a result are kept, the rest (errors too) run",
+    )
     bench.add_argument("--plot", type=Path, default=None, help="draw speedups to a PNG")
-    bench.add_argument("--no-jail", action="store_true")
+    bench.add_argument(
+        "--no-jail",
+        action="store_true",
+        help="run candidates without the bubblewrap jail (only for code you trust)",
+    )
     bench.add_argument(
         "--optimize",
         action="store_true",
@@ -81,8 +124,18 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
         paths = paths[: args.limit]
     if not paths:
         raise EvalError(f"{args.path}: no problem files found")
+    if args.out is None:
+        args.out = args.resume
+    if args.out is not None:  # refused now, in one line, not after the first problem ran
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise EvalError(f"--out {args.out}: {error.strerror}") from None
+        if not os.access(args.out.parent, os.W_OK) or args.out.is_dir():
+            raise EvalError(f"--out {args.out}: cannot write there")
     if args.optimize:
         return _run_optimize(paths, args, argv)
+    previous = _resumed(args, optimize=False)
     options = BenchOptions(
         baseline=args.baseline,
         eval=EvalOptions(
@@ -94,29 +147,67 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
         ),
         command="kernel-agent " + shlex.join(argv),
     )
-    console = Console(stderr=args.json)
+    console = make_console(stderr=args.json)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=make_console(stderr=True),
         transient=True,
     ) as progress:
         task = progress.add_task("benchmarking", total=len(paths))
 
         def advance(report: BenchReport) -> None:
-            row = report.rows[-1]
+            row = report.rows[int(progress.tasks[task].completed)]  # the one just finished
             progress.update(task, advance=1, description=f"{row.problem}: {row.verdict}")
             if args.out:  # after every problem, so a run cut short keeps what it measured
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(report.to_json(), indent=2))
+                _save(report.to_json(), args.out)
 
-        report = run_bench(paths, options, on_report=advance)
+        report = run_bench(paths, options, on_report=advance, previous=previous)
     if args.plot:
         plot_report(report, args.plot)
     _print(report, args, console)
     return 0 if all(row.verdict != "error" for row in report.rows) else 1
+
+
+def _save(data: dict, path: Path) -> None:
+    """Write the report whole or not at all (a temporary file, then a rename): a run killed
+    mid-write must leave the previous report for --resume, not half a JSON document."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(data, indent=2))
+        os.replace(partial, path)
+    except OSError as error:
+        raise EvalError(f"--out {path}: cannot write the report ({error.strerror})") from None
+
+
+def _resumed(args: argparse.Namespace, optimize: bool):
+    """The report `--resume` continues, or None to start afresh (no file there yet: the same
+    command can be run again until the benchmark is complete). The kind must match the run's,
+    plain or --optimize; anything else is a one-line usage error."""
+    path = args.resume
+    if path is None or not path.exists():
+        return None
+    from agents.bench.optimize import OptimizeReport
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise EvalError(f"--resume: {path}: not a bench report ({error})") from None
+    saved_optimize = isinstance(data, dict) and "memory" in data
+    if saved_optimize != optimize:
+        kinds = {True: "a bench --optimize report", False: "a plain bench report"}
+        raise EvalError(
+            f"--resume: {path} is {kinds[saved_optimize]}, but this run makes {kinds[optimize]}"
+        )
+    try:
+        previous = (OptimizeReport if optimize else BenchReport).from_json(data)
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise EvalError(f"--resume: {path}: not a bench report ({error})") from None
+    check_resumable(previous, args.device, args.size)  # before any progress is drawn
+    return previous
 
 
 def _print(report: BenchReport, args: argparse.Namespace, console: Console) -> None:
@@ -149,7 +240,7 @@ def _render_saved(args: argparse.Namespace) -> int:
         elif args.markdown:
             print(optimize_markdown(merged))
         else:
-            render_optimize(merged, Console())
+            render_optimize(merged, make_console())
         return 0
     parts = []
     for path, data in zip(args.from_json, saved, strict=True):
@@ -163,7 +254,7 @@ def _render_saved(args: argparse.Namespace) -> int:
         raise EvalError(f"--from-json: {error}") from None
     if args.plot:
         plot_report(report, args.plot)
-    _print(report, args, Console())
+    _print(report, args, make_console())
     return 0
 
 
@@ -201,27 +292,27 @@ def _run_optimize(paths: list[Path], args: argparse.Namespace, argv: list[str]) 
         command="kernel-agent " + shlex.join(argv),
         pool=pool_settings(args, build_slots=args.parallel_evals),
     )
-    console = Console(stderr=args.json)
+    previous = _resumed(args, optimize=True)
+    console = make_console(stderr=args.json)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=make_console(stderr=True),
         transient=True,
     ) as progress:
         task = progress.add_task("optimizing", total=len(paths))
 
         def advance(report) -> None:
-            row = report.rows[-1]
+            row = report.rows[int(progress.tasks[task].completed)]  # the one just finished
             progress.update(
                 task, advance=1, description=f"{row.problem}: {row.verdict} {row.speedup:.2f}x"
             )
             if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(report.to_json(), indent=2))
+                _save(report.to_json(), args.out)
 
-        report = run_optimize_bench(paths, options, on_row=advance)
+        report = run_optimize_bench(paths, options, on_row=advance, previous=previous)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif args.markdown:

@@ -1,4 +1,10 @@
-"""Tables for `bench --optimize`: the terminal view and the Markdown for bench/RESULTS.md."""
+"""Tables for `bench --optimize`: the terminal view and the Markdown for bench/RESULTS.md.
+
+Every ratio is printed with the two medians it divides, from the one run that measured it
+("1.14x (2.040/1.790 ms)"; agents.bench.optimize says which run each is), so a ratio is
+never read against times from another run; a ratio divided out of two runs says "derived".
+Times have four significant digits (agents.display.format_ms), so a ratio is seen to follow
+from the times beside it even for microsecond kernels."""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agents.bench.optimize import FAST_P, OptimizeReport, OptimizeRow
+from agents.display import format_ms
 
 HEADERS = (
     "problem",
@@ -26,23 +33,54 @@ def _x(value: float | None) -> str:
     return f"{value:.2f}x" if value else ""
 
 
+LEGEND = (
+    "each ratio is followed by the two medians it divides, from one run: compile/eager "
+    "from the baseline run (the eager and compile ms columns), ours/eager from the search's "
+    "confirming run (ours ms), ours/compile from a head-to-head run of ours against "
+    "torch.compile; derived: ours/eager ÷ compile/eager, from two runs"
+)
+
+
 def _ms(value: float | None) -> str:
-    return f"{value:.3f}" if value is not None else ""
+    return format_ms(value) if value is not None else ""
+
+
+def _ratio(value: float | None, times: list[float] | None, extra: str = "") -> str:
+    """ "1.14x (2.040/1.790 ms)": the ratio and the medians it divides; without times (a
+    report from before they were kept) the ratio alone."""
+    if not value:
+        return ""
+    inside = [f"{_ms(times[0])}/{_ms(times[1])} ms"] if times and len(times) == 2 else []
+    inside += [extra] if extra else []
+    return _x(value) + (f" ({'; '.join(inside)})" if inside else "")
+
+
+def _ours_vs_eager(row: OptimizeRow) -> str:
+    if row.verdict == "error":
+        return ""
+    if row.verdict != "correct":
+        return f"{_x(row.speedup)} (original)"  # no kernel found: the original, by definition
+    ci = f"CI {row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}" if row.speedup_ci else ""
+    return _ratio(row.speedup, row.speedup_ms, ci)
+
+
+def _ours_vs_compile(row: OptimizeRow) -> str:
+    if row.vs_compile_derived:
+        return _ratio(row.vs_compile, None, "derived")
+    return _ratio(row.vs_compile, row.vs_compile_ms)
 
 
 def _cells(row: OptimizeRow) -> list[str]:
-    ours = _x(row.speedup)
-    if row.speedup_ci and row.verdict == "correct":
-        ours += f" ({row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f})"
+    compile_times = [row.eager_ms, row.compile_ms] if row.eager_ms and row.compile_ms else None
     return [
         row.problem,
         row.verdict,
         _ms(row.eager_ms),
         _ms(row.compile_ms) if row.compile_ms else row.compile_verdict,
         _ms(row.agent_ms) if row.verdict == "correct" else "",
-        _x(row.compile_speedup),
-        ours if row.verdict != "error" else "",
-        _x(row.vs_compile),
+        _ratio(row.compile_speedup, compile_times),
+        _ours_vs_eager(row),
+        _ours_vs_compile(row),
         str(row.evaluations),
         f"{row.wall_s:.0f}",
         " → ".join(row.methods),
@@ -71,8 +109,12 @@ def render_optimize(report: OptimizeReport, console: Console) -> None:
     for row in report.rows:
         table.add_row(*_cells(row))
     console.print(table)
-    for line in summary_lines(report):
-        console.print(line)
+    for line in [*summary_lines(report), LEGEND]:
+        console.print(line, markup=False)
+    for row in report.rows:  # why a row has no figures, next to the table that lacks them
+        if row.verdict == "error":
+            reason = row.error or "; ".join(row.notes) or "no reason recorded"
+            console.print(f"{row.problem}: error: {reason}", markup=False)
     console.print(f"{len(report.rows)} problems in {report.total_s:.0f} s; memory: {report.memory}")
 
 
@@ -88,6 +130,6 @@ def optimize_markdown(report: OptimizeReport) -> str:
     ]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in report.rows]
     lines.append("")
-    lines += [f"- {line}" for line in summary_lines(report)]
+    lines += [f"- {line}" for line in [*summary_lines(report), LEGEND]]
     lines += [f"- {row.problem}: {note}" for row in report.rows for note in row.notes]
     return "\n".join(lines)

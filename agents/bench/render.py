@@ -33,6 +33,9 @@ def render_report(report: BenchReport, console: Console) -> None:
         mean = report.geomean_speedup(rule)
         geo = f"{mean:.2f}x" if mean else "n/a"
         console.print(f"{rule:>8} rule: " + ", ".join(parts) + f"; geomean speedup {geo}")
+    for row in report.rows:  # why a row has no figures, next to the table that lacks them
+        if row.verdict == "error":
+            console.print(f"{row.problem}: error: {'; '.join(row.reasons)}", markup=False)
     console.print(f"{len(report.rows)} problems in {report.total_s:.0f} s")
 
 

@@ -3,12 +3,14 @@ and interleaved timing as any agent's candidate, so baselines and agents are jud
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from agents.bench.report import BenchReport, BenchRow
 from agents.bench.suite import baseline_candidate, problem_name
@@ -39,8 +41,21 @@ def machine_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
+def check_resumable(previous: Any, device: str, size: str) -> None:
+    """A report can be continued only on the machine, device and size it was measured on,
+    or its times would not compare with the new rows'; a one-line usage error otherwise."""
+    here = {"machine": machine_name(device), "device": device, "size": size}
+    for key, value in here.items():
+        if getattr(previous, key) != value:
+            raise EvalError(
+                f"--resume: that report's {key} is {getattr(previous, key)!r}, this run's is "
+                f"{value!r}"
+            )
+
+
 def run_problem(path: Path, options: BenchOptions) -> BenchRow:
-    """One problem: its baseline candidate, verified and timed against eager."""
+    """One problem: its baseline candidate, verified and timed against eager. Any failure
+    becomes an "error" row with its reason, so the benchmark goes on to the next problem."""
     started = time.monotonic()
     name = problem_name(path)
     try:
@@ -50,20 +65,14 @@ def run_problem(path: Path, options: BenchOptions) -> BenchRow:
         # refuses any use of `Model`) does not apply; every runtime check still does.
         result = evaluate(reference, candidate, replace(options.eval, static_check=False))
     except (TaskLoadError, EvalError) as error:
-        return BenchRow(
-            name,
-            str(path),
-            options.baseline,
-            "error",
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            [str(error)],
-            time.monotonic() - started,
-        )
+        return _error_row(name, path, options, str(error), started)
+    except Exception as error:  # a problem's failure is its row's, never the whole run's
+        return _error_row(name, path, options, f"{type(error).__name__}: {error}", started)
+    eager = result.reference_ms
+    if eager is None and options.baseline != "eager":
+        # The baseline's row stands either way; if this fails too, eager's time is unknown.
+        with contextlib.suppress(TaskLoadError, EvalError):
+            eager = eager_ms(reference, options.eval)
     return BenchRow(
         problem=name,
         path=str(path),
@@ -71,7 +80,7 @@ def run_problem(path: Path, options: BenchOptions) -> BenchRow:
         verdict=result.verdict.value,
         strict_allclose=result.strict_allclose,
         float64_rule=result.float64_rule,
-        eager_ms=result.reference_ms,
+        eager_ms=eager,
         baseline_ms=result.candidate_ms,
         speedup=result.speedup,
         speedup_ci=result.speedup_ci,
@@ -80,11 +89,39 @@ def run_problem(path: Path, options: BenchOptions) -> BenchRow:
     )
 
 
+def eager_ms(reference: SourceFile, options: EvalOptions) -> float | None:
+    """Eager's time when a baseline's run gave none (the verifier times only a correct
+    candidate): the reference against itself, an A/A run whose reference side is eager."""
+    itself = baseline_candidate(reference, "eager")
+    return evaluate(reference, itself, replace(options, static_check=False)).reference_ms
+
+
+def _error_row(name: str, path: Path, options: BenchOptions, reason: str, started: float):
+    reason = " ".join(reason.split())
+    return BenchRow(
+        name,
+        str(path),
+        options.baseline,
+        "error",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        [reason[:500] + ("..." if len(reason) > 500 else "")],
+        round(time.monotonic() - started, 2),
+    )
+
+
 def run_bench(
     paths: list[Path],
     options: BenchOptions,
     on_report: Callable[[BenchReport], None] | None = None,
+    previous: BenchReport | None = None,
 ) -> BenchReport:
+    """Every problem in `paths`, in order; with `previous` (`--resume`), its rows other than
+    errors are kept and those problems are not run again."""
     started = time.monotonic()
     report = BenchReport(
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -93,10 +130,22 @@ def run_bench(
         size=options.eval.size,
         command=options.command,
     )
-    for path in paths:
-        row = run_problem(path, options)
-        report.rows.append(row)
-        report.total_s = round(time.monotonic() - started, 1)
+    finished: dict[str, BenchRow] = {}
+    earlier_s = 0.0
+    if previous is not None:
+        check_resumable(previous, options.eval.device, options.eval.size)
+        report.date = previous.date
+        if previous.command and previous.command != report.command:
+            report.command = f"{previous.command} && {report.command}"
+        finished = {row.problem: row for row in previous.rows if row.verdict != "error"}
+        earlier_s = previous.total_s
+    names = [problem_name(path) for path in paths]
+    extra = [row for name, row in finished.items() if name not in names]
+    rows: list[BenchRow] = []
+    for path, name in zip(paths, names, strict=True):
+        rows.append(finished.get(name) or run_problem(path, options))
+        report.rows = [*rows, *extra]  # unselected problems' rows stay, last
+        report.total_s = round(earlier_s + time.monotonic() - started, 1)
         if on_report is not None:
             on_report(report)
     return report

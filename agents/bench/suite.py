@@ -52,12 +52,25 @@ COMPILE_BASELINE = """
 # --- kernel-agent baseline: the reference compiled by TorchInductor ---
 class ModelNew(Model):
     def __init__(self, *args, **kwargs):
+        import torch._inductor.config
+
         super().__init__(*args, **kwargs)
+        # Random ops (dropout in training mode) draw eager's numbers, as the verifier seeds
+        # both sides alike; else every model with dropout would count as compile's error.
+        torch._inductor.config.fallback_random = True
         self._compiled_forward = torch.compile(super().forward)
 
     def forward(self, *args):
         return self._compiled_forward(*args)
 """
+
+AUTOTUNE_BASELINE = COMPILE_BASELINE.replace(
+    "TorchInductor ---", "TorchInductor, max-autotune ---"
+).replace(
+    "torch.compile(super().forward)",
+    # Not plain "max-autotune": its CUDA graph trees reuse output memory on the next call.
+    'torch.compile(super().forward, mode="max-autotune-no-cudagraphs")',
+)
 
 EAGER_BASELINE = """
 
@@ -66,7 +79,12 @@ class ModelNew(Model):
     pass
 """
 
-BASELINES = ("torch.compile", "eager")
+BASELINES = ("torch.compile", "torch.compile max-autotune", "eager")
+SUFFIXES = {
+    "torch.compile": COMPILE_BASELINE,
+    "torch.compile max-autotune": AUTOTUNE_BASELINE,
+    "eager": EAGER_BASELINE,
+}
 
 
 def baseline_candidate(reference: SourceFile, baseline: str) -> SourceFile:
@@ -78,5 +96,4 @@ def baseline_candidate(reference: SourceFile, baseline: str) -> SourceFile:
     if not re.search(r"^import torch$", text, re.M):
         text = "import torch\n" + text
     label = f"{reference.label} [{baseline}]"
-    suffix = COMPILE_BASELINE if baseline == "torch.compile" else EAGER_BASELINE
-    return SourceFile(text=text + suffix, path=label)
+    return SourceFile(text=text + SUFFIXES[baseline], path=label)

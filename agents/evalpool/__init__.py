@@ -7,14 +7,11 @@ timings sharing a device disturb each other. So the pool has two lanes:
   load_inline compiles, torch.compile warm-ups and the correctness trials;
 * MEASURE (exclusive per device: one for the CPU machine-wide within the pool, one per GPU).
 
-How the split is made without a second harness: the reviewer announces a `measure` phase
-right before timing and blocks on a gate pipe until the parent lets it go
-(`agents.sandbox.channel` / `agents.sandbox.process.MeasureGate`). The pool grants that gate
-only once the device's lane is free, and frees the job's build slot at that moment; the lane
-is released when the child is gone. One child per candidate, no correctness work repeated.
-Limits: the child is the candidate's own process, so a hostile candidate could skip the wait;
-it cannot forge a verdict by doing so, and the static checker rejects touching the harness.
-Waiting for the lane does not count against the run wall clock.
+How the split is made: `evaluate` runs the protocol in the parent (agents/verify/judge.py)
+and asks its `MeasureGate` for the device right before timing; the pool grants it only once
+the device's lane is free, frees the job's build slot at that moment, and takes the lane back
+the moment the timing ends or a worker dies or times out. The timing is driven by the parent,
+so no candidate can skip the wait. Waiting for the lane does not count against any deadline.
 
 Backends, behind the same `EvalService` interface:
 * `local` (local.py): sandboxed children on this machine; on a multi-GPU host one lane per GPU,

@@ -1,12 +1,12 @@
 """The `local` backend: sandboxed children on this machine, one thread each in the parent.
 
-A job takes a BUILD slot (parallel, `build_slots` of them), runs `evaluate` in its sandboxed
-child, and gives the slot back when the child announces its `measure` phase; the child then
-waits, inside the child protocol, until its device's MEASURE lane is free (see
-`agents.sandbox.process.MeasureGate`). The lane is held until the child is gone, so timings
-on one device never overlap, while imports, compiles and correctness trials of other
-candidates go on. CUDA jobs are spread over one lane per GPU, each child pinned to its GPU
-with CUDA_VISIBLE_DEVICES on hosts with more than one.
+A job takes a BUILD slot (parallel, `build_slots` of them) and runs `evaluate`, which starts
+the job's two sandboxed workers (reference and candidate) and gives the slot back when it
+asks for its device's MEASURE lane (see `agents.sandbox.process.MeasureGate`). The lane is
+held until the timing ends, so timings on one device never overlap, while imports, compiles
+and correctness trials of other candidates go on (stopped while a timing on their device
+runs). CUDA jobs are spread over one lane per GPU, each worker pinned to its GPU with
+CUDA_VISIBLE_DEVICES on hosts with more than one.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from agents.evalpool.service import EvalEvent, EventCallback, PoolSettings, defa
 from agents.evaluate import EvalCancelled, EvalError, EvalOptions, evaluate
 from agents.sandbox.devicelock import DeviceLock, default_lock_dir, device_key
 from agents.task import SourceFile
+from agents.verify.keeper import ReferenceKeeper
+from agents.verify.spares import SpareCandidates
 from agents.verify.verdict import EvalResult, Verdict
 
 POLL_S = 0.05
@@ -78,7 +80,8 @@ class _Job:
     env: dict[str, str]
     cancel: _AnyEvent
     listeners: list[EventCallback] = field(default_factory=list)
-    pid: int | None = None
+    pids: list[int] = field(default_factory=list)  # the evaluation's workers (two), spare too
+    spares: set[int] = field(default_factory=set)  # a spare booting for a later candidate
     building: bool = False
     pauses: int = 0  # timings now holding this build stopped
     stopped: list[int] = field(default_factory=list)
@@ -102,6 +105,11 @@ class _Gate:
         return dict(self._job.env)
 
     def started(self, pid: int) -> None:
+        self._pool._started(self._job, pid)
+
+    def spare_started(self, pid: int) -> None:
+        """Stopped with the job's workers while another job times, never reported as one."""
+        self._job.spares.add(pid)
         self._pool._started(self._job, pid)
 
     def paused_s(self) -> float:
@@ -146,6 +154,8 @@ class LocalPool:
         self._on_event = on_event
         self._closing = threading.Event()
         self._lock = threading.Lock()
+        self._keeper = ReferenceKeeper(capacity=self.build_slots + 1)
+        self._spares = SpareCandidates(capacity=self.build_slots)
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
         self._lock_dir = settings.lock_dir or default_lock_dir()
@@ -204,15 +214,34 @@ class LocalPool:
     def reopen(self) -> None:
         """Accept submissions again after `cancel_all`, once the drained jobs have ended."""
         self._closing.clear()
+        self._keeper.reopen()
+        self._spares.reopen()
 
     def close(self) -> None:
-        """Nothing outlives a job here: closing only drains what still runs."""
+        """Drain what still runs and close the warm workers kept between jobs."""
         self.cancel_all()
+        self._keeper.close()
+        self._spares.close()
+
+    def release_warm_workers(self) -> None:
+        """Close the reference workers kept warm and the spare candidate workers; later jobs
+        start and keep new ones."""
+        for kept in (self._keeper, self._spares):
+            kept.close()
+            kept.reopen()
+
+    def warm_reference_pids(self) -> list[int]:
+        """The reference workers kept warm between jobs (agents/verify/keeper.py)."""
+        return self._keeper.idle_pids()
+
+    def spare_candidate_pids(self) -> list[int]:
+        """The candidate workers booted ahead of their candidate (agents/verify/spares.py)."""
+        return self._spares.idle_pids()
 
     def running_pids(self) -> list[int]:
         """Process ids of the children now alive (tests kill them; the server reports them)."""
         with self._lock:
-            return [job.pid for job in self._jobs.values() if job.pid is not None]
+            return [pid for job in self._jobs.values() for pid in job.pids if pid not in job.spares]
 
     @property
     def pending(self) -> int:
@@ -267,7 +296,15 @@ class LocalPool:
             job.building = True
             self._emit(job, "building", "build")
             try:
-                result = evaluate(reference, candidate, options, job.cancel, gate=_Gate(self, job))
+                result = evaluate(
+                    reference,
+                    candidate,
+                    options,
+                    job.cancel,
+                    gate=_Gate(self, job),
+                    keeper=self._keeper,
+                    spares=self._spares,
+                )
             except (EvalCancelled, EvalError):
                 raise
             except Exception as error:  # the worker itself failed: still a verdict
@@ -283,7 +320,7 @@ class LocalPool:
             raise
         finally:
             self._leave_build(job)
-            job.pid = None
+            job.pids = []
             self._emit(job, "done", job.lane, verdict)
 
     @staticmethod
@@ -301,16 +338,19 @@ class LocalPool:
 
     def _started(self, job: _Job, pid: int) -> None:
         with self._lock:
-            job.pid = pid
+            job.pids.append(pid)
             for timing in self._measuring.values():
                 if self._disturbs(job, timing):
+                    if job.pauses:  # already stopped: stop the new worker with the others
+                        job.stopped += stop_tree(pid)
+                        continue
                     self._pause(job)
                     self._paused_by[timing.id].append(job)
 
     def _begin_measure(self, timing: _Job) -> None:
         with self._lock:
             self._measuring[timing.id] = timing
-            paused = [j for j in self._jobs.values() if j.pid and self._disturbs(j, timing)]
+            paused = [j for j in self._jobs.values() if j.pids and self._disturbs(j, timing)]
             self._paused_by[timing.id] = paused
             for job in paused:
                 self._pause(job)
@@ -324,9 +364,9 @@ class LocalPool:
     @staticmethod
     def _pause(job: _Job) -> None:
         job.pauses += 1
-        if job.pauses == 1 and job.pid:
+        if job.pauses == 1 and job.pids:
             job.paused_since = time.monotonic()
-            job.stopped = stop_tree(job.pid)
+            job.stopped = [pid for root in job.pids for pid in stop_tree(root)]
 
     @staticmethod
     def _resume(job: _Job) -> None:

@@ -12,32 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from pathlib import Path
 
-
-def descendants(root: int) -> list[int]:
-    """`root` and every process below it (by parent pid), read from /proc."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:  # no /proc (not Linux): the child alone
-        return [root]
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
+from agents.sandbox.inspect import descendants
 
 
 def signal_tree(root: int, signum: int) -> list[int]:

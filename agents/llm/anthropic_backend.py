@@ -15,9 +15,10 @@ from typing import Any
 
 import anthropic
 
-from agents.llm.base import ChatReply, Message, SystemPrompt, Usage
-from agents.llm.config import LLMConfig, missing_key_error
-from agents.llm.pricing import PriceTable, cost_usd, default_prices, find_price
+from agents.llm.base import ChatReply, EmptyReplyError, Message, SystemPrompt, Usage
+from agents.llm.config import LLMConfig, missing_key_error, sdk_base_url, shown_url
+from agents.llm.pricing import Price, PriceTable, cost_usd, default_prices, find_price
+from agents.llm.replies import count, empty_reply_message, unusable_reply
 from agents.llm.retry import Failure, RetryPolicy, Sleep, call_with_retries, sdk_failure
 
 # Newer SDKs (2.x) dropped `temperature` from messages.create, as the newest models refuse
@@ -51,7 +52,10 @@ class AnthropicChat:
         self._rng = rng
         self._limit = asyncio.Semaphore(config.max_concurrency)
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=config.base_url, max_retries=0, timeout=config.timeout_s
+            api_key=api_key,
+            base_url=sdk_base_url("anthropic", config.base_url),
+            max_retries=0,
+            timeout=config.timeout_s,
         )
 
     @property
@@ -63,6 +67,11 @@ class AnthropicChat:
         """False when the price table has no entry for this model (its cost shows as $0)."""
         return find_price(self.config.model, self._prices) is not None
 
+    @property
+    def price(self) -> Price | None:
+        """This model's price, for checking a cost budget before a call."""
+        return find_price(self.config.model, self._prices)
+
     async def chat(
         self,
         system: SystemPrompt,
@@ -73,7 +82,7 @@ class AnthropicChat:
     ) -> ChatReply:
         request: dict[str, Any] = {
             "model": self.config.model,
-            "max_tokens": self.config.max_tokens or max_tokens,
+            "max_tokens": min(max_tokens, self.config.max_tokens or max_tokens),
             "messages": [{"role": m.role, "content": m.content} for m in messages],
         }
         blocks = system_blocks(system)
@@ -85,28 +94,33 @@ class AnthropicChat:
         if temperature is not None and SDK_TAKES_TEMPERATURE:
             request["temperature"] = temperature
 
-        async def attempt() -> anthropic.types.Message:
+        async def attempt() -> tuple[Any, str, str]:
             async with self._limit:
-                return await self._client.messages.create(**request)
+                response = await self._client.messages.create(**request)
+            return response, *reply_parts(response)
 
-        response, attempts = await call_with_retries(
+        (response, text, stop), attempts = await call_with_retries(
             attempt,
             self._classify,
             label=self.label,
             policy=self._policy,
             key_env=self.config.api_key_env,
+            where=shown_url(self.config.base_url),
             sleep=self._sleep,
             rng=self._rng,
         )
-        usage = usage_of(response.usage)
-        text = "".join(block.text for block in response.content if block.type == "text")
-        cost = cost_usd(self.config.model, usage, self._prices)
+        usage = usage_of(getattr(response, "usage", None))
+        cost = cost_usd(self.config.model, usage, self._prices) or 0.0
+        if not text.strip():
+            message = empty_reply_message(self.label, stop, usage.output_tokens, "max_tokens")
+            raise EmptyReplyError(message, usage=usage, cost_usd=cost, attempts=attempts)
+        model = getattr(response, "model", None)
         return ChatReply(
             text=text,
             usage=usage,
-            cost_usd=cost or 0.0,
-            model=response.model or self.config.model,
-            stop_reason=response.stop_reason or "",
+            cost_usd=cost,
+            model=model if isinstance(model, str) and model else self.config.model,
+            stop_reason=stop,
             attempts=attempts,
         )
 
@@ -136,13 +150,25 @@ def system_blocks(system: SystemPrompt) -> list[dict[str, Any]]:
     return blocks
 
 
+def reply_parts(response: Any) -> tuple[str, str]:
+    """(text, stop reason) of a Messages API reply; ReplyError when it is not one."""
+    content = getattr(response, "content", None)
+    stop = getattr(response, "stop_reason", None)
+    if not isinstance(content, list) or not isinstance(stop, str | None):
+        raise unusable_reply(response, "a Messages API reply with content")
+    texts = [getattr(b, "text", None) for b in content if getattr(b, "type", "") == "text"]
+    if not all(isinstance(text, str | None) for text in texts):
+        raise unusable_reply(response, "a Messages API reply with text blocks")
+    return "".join(text or "" for text in texts), stop or ""
+
+
 def usage_of(usage: Any) -> Usage:
-    """Our Usage from Anthropic's (cache fields may be absent or None)."""
+    """Our Usage from Anthropic's (cache fields may be absent or None; garbled counts are 0)."""
     if usage is None:
         return Usage()
     return Usage(
-        input_tokens=usage.input_tokens or 0,
-        output_tokens=usage.output_tokens or 0,
-        cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
-        cache_write_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
+        input_tokens=count(getattr(usage, "input_tokens", None)),
+        output_tokens=count(getattr(usage, "output_tokens", None)),
+        cache_read_tokens=count(getattr(usage, "cache_read_input_tokens", None)),
+        cache_write_tokens=count(getattr(usage, "cache_creation_input_tokens", None)),
     )

@@ -15,11 +15,35 @@ ROLES = ("planner", "executor", "repairer", "summarizer")
 
 
 class LLMError(Exception):
-    """A call that failed for good (after retries); the message is one line for the user."""
+    """A call that failed for good (after retries); the message is one line for the user.
+
+    It carries what the failed call cost, so the cost summary counts failed calls too:
+    `usage` and `cost_usd` when the provider reported them, `attempts` always."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        usage: Usage | None = None,
+        cost_usd: float = 0.0,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.usage = usage or Usage()
+        self.cost_usd = cost_usd
+        self.attempts = attempts
 
 
 class MissingAPIKeyError(LLMError):
     """The chosen backend needs a key and none was given; the message says how to set it."""
+
+
+class EmptyReplyError(LLMError):
+    """The provider answered, but with no text: a failed call, not an unparseable plan."""
+
+
+class BudgetExhaustedError(LLMError):
+    """The token or cost budget has too little left for this call; it was not made."""
 
 
 @dataclass(frozen=True)

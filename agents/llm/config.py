@@ -20,6 +20,7 @@ The TOML file looks like this (every key optional):
     output = 2.0
 
 Keys never go in the file: `api_key_env` names the environment variable that holds one.
+A `base_url` may end in `/v1` or not, for either backend (see `sdk_base_url`).
 Bad values raise ValueError with one line that names the key and says what to do.
 """
 
@@ -32,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from agents.llm.base import ROLES, MissingAPIKeyError
 from agents.llm.pricing import Price, default_prices, parse_prices
@@ -229,6 +231,34 @@ def load_settings(
     except OSError as error:
         raise ValueError(f"{path}: cannot read the config file: {error.strerror}") from None
     return parse_settings(data, default=default, source=str(path))
+
+
+def sdk_base_url(backend: str, base_url: str | None) -> str | None:
+    """The base URL in the form the backend's SDK expects, whether the user wrote `/v1` or
+    not: the anthropic SDK appends `/v1/messages` (so a trailing `/v1` goes), the openai SDK
+    appends `/chat/completions` to a base that ends in `/v1` (so a bare host gets `/v1`; a
+    path such as `/api/openai` is kept as given). A pasted full endpoint is cut back too."""
+    if not base_url:
+        return base_url
+    parts = urlsplit(base_url.strip())
+    path = parts.path.rstrip("/")
+    if backend == "anthropic":
+        for suffix in ("/messages", "/v1"):
+            path = path.removesuffix(suffix)
+    elif backend == "openai":
+        path = path.removesuffix("/chat/completions").removesuffix("/completions")
+        if not path:
+            path = "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+def shown_url(base_url: str | None) -> str:
+    """The base URL for messages: without user:password@ or a query (either may hold a key)."""
+    if not base_url:
+        return ""
+    parts = urlsplit(base_url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def missing_key_error(backend: str, env_name: str) -> MissingAPIKeyError:

@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 import random
 
-from agents.llm.anthropic_backend import AnthropicChat
 from agents.llm.base import ChatModel
 from agents.llm.config import LLMConfig, missing_key_error
-from agents.llm.openai_backend import OpenAIChat
 from agents.llm.pricing import PriceTable
 from agents.llm.retry import RetryPolicy, Sleep
 
@@ -41,9 +39,13 @@ def make_chat_model(
     if config.backend == "anthropic":
         if key is None:
             raise missing_key_error("anthropic", config.api_key_env)
+        from agents.llm.anthropic_backend import AnthropicChat  # the SDK: only when used
+
         return AnthropicChat(config, key, prices, sleep=sleep, rng=rng, policy=policy)
     if config.backend == "openai":
         if key is None and not config.base_url:
             raise missing_key_error("openai", config.api_key_env)
+        from agents.llm.openai_backend import OpenAIChat  # the SDK: only when used
+
         return OpenAIChat(config, key, prices, sleep=sleep, rng=rng, policy=policy)
     raise ValueError(f"unknown LLM backend {config.backend!r}: use anthropic or openai")

@@ -13,9 +13,10 @@ from typing import Any
 
 import openai
 
-from agents.llm.base import ChatReply, Message, SystemPrompt, Usage
-from agents.llm.config import LLMConfig, missing_key_error
-from agents.llm.pricing import PriceTable, cost_usd, default_prices, find_price
+from agents.llm.base import ChatReply, EmptyReplyError, Message, SystemPrompt, Usage
+from agents.llm.config import LLMConfig, missing_key_error, sdk_base_url, shown_url
+from agents.llm.pricing import Price, PriceTable, cost_usd, default_prices, find_price
+from agents.llm.replies import count, empty_reply_message, unusable_reply
 from agents.llm.retry import Failure, RetryPolicy, Sleep, call_with_retries, sdk_failure
 
 PLACEHOLDER_KEY = "not-needed"
@@ -47,7 +48,10 @@ class OpenAIChat:
         self._rng = rng
         self._limit = asyncio.Semaphore(config.max_concurrency)
         self._client = openai.AsyncOpenAI(
-            api_key=api_key, base_url=config.base_url, max_retries=0, timeout=config.timeout_s
+            api_key=api_key,
+            base_url=sdk_base_url("openai", config.base_url),
+            max_retries=0,
+            timeout=config.timeout_s,
         )
 
     @property
@@ -58,6 +62,11 @@ class OpenAIChat:
     def priced(self) -> bool:
         """False when the price table has no entry for this model (its cost shows as $0)."""
         return find_price(self.config.model, self._prices) is not None
+
+    @property
+    def price(self) -> Price | None:
+        """This model's price, for checking a cost budget before a call."""
+        return find_price(self.config.model, self._prices)
 
     async def chat(
         self,
@@ -76,7 +85,7 @@ class OpenAIChat:
         request: dict[str, Any] = {
             "model": self.config.model,
             "messages": chat,
-            limit_name: self.config.max_tokens or max_tokens,
+            limit_name: min(max_tokens, self.config.max_tokens or max_tokens),
         }
         temperature = (
             self.config.temperature if self.config.temperature is not None else temperature
@@ -84,28 +93,33 @@ class OpenAIChat:
         if temperature is not None:
             request["temperature"] = temperature
 
-        async def attempt() -> Any:
+        async def attempt() -> tuple[Any, str, str]:
             async with self._limit:
-                return await self._client.chat.completions.create(**request)
+                response = await self._client.chat.completions.create(**request)
+            return response, *reply_parts(response)
 
-        response, attempts = await call_with_retries(
+        (response, text, stop), attempts = await call_with_retries(
             attempt,
             self._classify,
             label=self.label,
             policy=self._policy,
             key_env=self.config.api_key_env,
+            where=shown_url(self.config.base_url),
             sleep=self._sleep,
             rng=self._rng,
         )
-        choice = response.choices[0] if response.choices else None
-        usage = usage_of(response.usage)
-        cost = cost_usd(self.config.model, usage, self._prices)
+        usage = usage_of(getattr(response, "usage", None))
+        cost = cost_usd(self.config.model, usage, self._prices) or 0.0
+        if not text.strip():
+            message = empty_reply_message(self.label, stop, usage.output_tokens, limit_name)
+            raise EmptyReplyError(message, usage=usage, cost_usd=cost, attempts=attempts)
+        model = getattr(response, "model", None)
         return ChatReply(
-            text=(choice.message.content or "") if choice else "",
+            text=text,
             usage=usage,
-            cost_usd=cost or 0.0,
-            model=response.model or self.config.model,
-            stop_reason=(choice.finish_reason or "") if choice else "",
+            cost_usd=cost,
+            model=model if isinstance(model, str) and model else self.config.model,
+            stop_reason=stop,
             attempts=attempts,
         )
 
@@ -123,18 +137,33 @@ class OpenAIChat:
         await self._client.close()
 
 
+def reply_parts(response: Any) -> tuple[str, str]:
+    """(text, finish reason) of a chat completion; ReplyError when it is not one."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise unusable_reply(response, "a chat completion with choices")
+    message = getattr(choices[0], "message", None)
+    text = getattr(message, "content", None)
+    stop = getattr(choices[0], "finish_reason", None)
+    shaped = hasattr(message, "content") and isinstance(text, str | None)
+    if not shaped or not isinstance(stop, str | None):
+        raise unusable_reply(response, "a chat completion with a message")
+    return text or "", stop or ""
+
+
 def usage_of(usage: Any) -> Usage:
     """Our Usage from chat.completions usage: cached prompt tokens are cache reads (and
-    cache writes, where a server reports them); the rest of the prompt is input."""
+    cache writes, where a server reports them); the rest of the prompt is input. Counts a
+    server leaves out or garbles are 0."""
     if usage is None:
         return Usage()
     details = getattr(usage, "prompt_tokens_details", None)
-    cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
-    written = (getattr(details, "cache_write_tokens", None) or 0) if details else 0
-    prompt = usage.prompt_tokens or 0
+    cached = count(getattr(details, "cached_tokens", None))
+    written = count(getattr(details, "cache_write_tokens", None))
+    prompt = count(getattr(usage, "prompt_tokens", None))
     return Usage(
         input_tokens=max(0, prompt - cached - written),
-        output_tokens=usage.completion_tokens or 0,
+        output_tokens=count(getattr(usage, "completion_tokens", None)),
         cache_read_tokens=cached,
         cache_write_tokens=written,
     )

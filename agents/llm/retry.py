@@ -2,15 +2,17 @@
 
 Transient failures (429, 5xx, 529 overloaded, timeouts, dropped connections) are retried
 with exponential backoff and full jitter, or after the server's `retry-after`. Anything
-else fails at once. Either way the error is one line built from the status code and a short
-body text, scrubbed of credentials: SDK exceptions carry request details, so they are
-never shown or chained.
+else fails at once, as do replies that are not the API's JSON (invalid JSON, an HTML page from
+a proxy, JSON of the wrong shape). Either way the error is one line built from the status
+code and a short body text, scrubbed of credentials, ending in what the user can do: SDK
+exceptions carry request details, so they are never shown or chained.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import random
 import time
@@ -49,21 +51,47 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Failure:
-    """One failed attempt, as the backend understood it. `detail` is short and one line."""
+    """One failed attempt, as the backend understood it. `detail` is short and one line;
+    `kind` picks the advice the final message gives (see `advice`)."""
 
     status: int | None  # HTTP status; None for timeouts and connection errors
     detail: str
     retry_after_s: float | None = None
     retryable: bool = True
+    kind: str = "status"  # status | timeout | connection | cut | json | html | shape | sdk
+
+
+class ReplyError(Exception):
+    """Raised inside an attempt when the HTTP call succeeded but its reply is unusable (an
+    HTML page, plain text, JSON of the wrong shape); carries the Failure to report."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.detail)
+        self.failure = failure
 
 
 def failure_from_status(status: int, headers: Mapping[str, str] | None, body: object) -> Failure:
-    """A Failure from an HTTP error response (either provider's error JSON shape)."""
-    reason = _body_reason(body)
-    detail = f"{status} {reason}" if reason else str(status)
+    """A Failure from an HTTP error response (either provider's error JSON shape, or the
+    HTML page a proxy sends instead)."""
     retryable = status in RETRYABLE_STATUS
     retry_after = parse_retry_after(headers) if retryable else None
+    content_type = str(headers.get("content-type", "")) if headers else ""
+    if looks_like_html(body) or "text/html" in content_type.lower():
+        detail = f"{status} with an HTML page instead of the API's JSON"
+        return Failure(status, detail, retry_after, retryable, kind="html")
+    reason = _body_reason(body)
+    detail = f"{status} {reason}" if reason else str(status)
     return Failure(status, detail, retry_after, retryable)
+
+
+def looks_like_html(body: object) -> bool:
+    """True for a web page (a proxy's error or login page), not an API's JSON."""
+    if not isinstance(body, str):
+        return False
+    head = body.lstrip()[:200].lower()
+    return head.startswith(("<!doctype html", "<html", "<head", "<body")) or (
+        head.startswith("<") and "<html" in body[:2000].lower()
+    )
 
 
 def _body_reason(body: object) -> str:
@@ -114,20 +142,53 @@ def sdk_failure(
     timeout_s: float,
 ) -> Failure | None:
     """Classify an exception of either SDK (they share one shape); None if it is not one."""
+    if isinstance(error, ReplyError):
+        return error.failure
+    if isinstance(error, json.JSONDecodeError):  # the SDK parses the body with json.loads
+        detail = f"the reply was not valid JSON ({error.msg} at line {error.lineno})"
+        if not error.doc.strip():
+            detail = "the reply was empty, not the API's JSON"
+        return Failure(200, detail, retryable=False, kind="json")
     if isinstance(error, status_error):
         response = getattr(error, "response", None)
         headers = getattr(response, "headers", None)
         status = int(getattr(error, "status_code", 0))
         return failure_from_status(status, headers, getattr(error, "body", None))
     if isinstance(error, timeout_error):
-        return Failure(None, f"timed out after {timeout_s:g} s")
+        return Failure(None, f"timed out after {timeout_s:g} s", kind="timeout")
     if isinstance(error, connection_error):
         cause = error.__cause__ or error.__context__
         reason = type(cause).__name__ if cause else "no connection"
-        return Failure(None, f"connection failed ({reason})")
+        if reason == "RemoteProtocolError":  # the body ended early: a cut-off reply
+            return Failure(None, "the reply was cut off before it was complete", kind="cut")
+        return Failure(None, f"connection failed ({reason})", kind="connection")
     if isinstance(error, sdk_error):
-        return Failure(None, f"unexpected {type(error).__name__} from the SDK", retryable=False)
+        detail = f"unexpected {type(error).__name__} from the SDK"
+        return Failure(None, detail, retryable=False, kind="sdk")
     return None
+
+
+def advice(failure: Failure, where: str = "") -> str:
+    """What the user can do about a failure, as the tail of its one line."""
+    url = f" ({where})" if where else ""
+    status = failure.status or 0
+    if failure.kind == "html":
+        return f"check the base URL{url} and that the model server behind any proxy is running"
+    if failure.kind in ("json", "shape"):
+        return f"check that the base URL{url} is the API's address and no proxy rewrites replies"
+    if failure.kind == "cut":
+        return f"check the server and any proxy at the base URL{url}, or raise timeout_s"
+    if failure.kind == "timeout":
+        return f"raise timeout_s in the [llm] config or check the server{url}"
+    if failure.kind == "connection":
+        return f"check that the server{url} is running and reachable"
+    if status == 429:
+        return "rate limited: try again later or lower max_concurrency in the [llm] config"
+    if status >= 500:
+        return f"the server{url} kept failing: try again later"
+    if failure.kind == "sdk":
+        return f"check the base URL{url} and the installed SDK version"
+    return f"check the base URL{url} and the model name"
 
 
 def one_line(text: str, limit: int = _DETAIL_CHARS) -> str:
@@ -136,21 +197,25 @@ def one_line(text: str, limit: int = _DETAIL_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def fatal_message(label: str, failure: Failure, key_env: str = "") -> str:
+def fatal_message(label: str, failure: Failure, key_env: str = "", where: str = "") -> str:
     """The one line for a failure that retrying cannot fix."""
     check = f"check {key_env}" if key_env else "check the API key"
     status, detail = failure.status, one_line(failure.detail)
-    if status == 401:
+    if failure.kind != "status":
+        text = f"{detail}: {advice(failure, where)}"
+    elif status == 401:
         text = f"the API key was refused: {check} ({detail})"
     elif status == 403:
         text = f"the API key may not use this model or endpoint: {check} ({detail})"
     elif status == 404:
         text = f"not found: check the model name and base_url ({detail})"
     elif status == 400:
-        text = f"the request was rejected: {detail}"
+        text = f"the request was rejected: {detail}: check the model name and max_tokens"
+    elif status == 413:
+        text = f"the request was too large: {detail}: use a model with a longer context"
     else:
-        text = f"failed: {detail}"
-    return one_line(f"{label}: {text}", limit=400)
+        text = f"failed: {detail}: {advice(failure, where)}"
+    return one_line(f"{label}: {text}", limit=500)
 
 
 async def call_with_retries(
@@ -160,13 +225,15 @@ async def call_with_retries(
     label: str,
     policy: RetryPolicy,
     key_env: str = "",
+    where: str = "",
     sleep: Sleep | None = None,
     rng: random.Random | None = None,
 ) -> tuple[T, int]:
     """Run `attempt` until it succeeds; return its result and the attempts it took.
 
     `classify` maps an exception to a Failure, or None for one that is not the provider's
-    (a bug: it propagates unchanged). Raises LLMError with a one-line message otherwise.
+    (a bug: it propagates unchanged). Raises LLMError with a one-line message that says
+    what to do otherwise; `where` (the base URL) is named in that advice.
     """
     sleep = sleep or asyncio.sleep
     rng = rng or random.Random()
@@ -178,7 +245,8 @@ async def call_with_retries(
             if failure is None:
                 raise
         if not failure.retryable:
-            raise LLMError(fatal_message(label, failure, key_env)) from None
+            message = fatal_message(label, failure, key_env, where)
+            raise LLMError(message, attempts=number) from None
         if number == policy.max_attempts:
             break
         if failure.retry_after_s is not None:
@@ -195,6 +263,6 @@ async def call_with_retries(
         )
         await sleep(delay)
     noun = "attempt" if policy.max_attempts == 1 else "attempts"
-    raise LLMError(
-        one_line(f"{label}: gave up after {policy.max_attempts} {noun}: {failure.detail}", 400)
-    ) from None
+    text = f"{label}: gave up after {policy.max_attempts} {noun}: {failure.detail}"
+    message = one_line(f"{text}: {advice(failure, where)}", 500)
+    raise LLMError(message, attempts=policy.max_attempts) from None

@@ -61,6 +61,12 @@ def _rewrite(request: dict[str, Any], channel) -> dict[str, Any]:
         _to_device(v, device) for v in call_factory(problem.get_inputs, reference, "get_inputs")
     ]
     channel.phase("run")
+    tuning: dict[str, dict[str, int]] = {}
+    if request.get("tuning"):
+        from agents.offline.passes.triton_gemm_tuning import device_name
+        from memory.tuning import for_device
+
+        tuning = for_device(request["tuning"], device_name(device))
     program = Program(
         source=source,
         class_name=class_name,
@@ -68,6 +74,7 @@ def _rewrite(request: dict[str, Any], channel) -> dict[str, Any]:
         inputs=inputs,
         init_inputs=init_inputs,
         device=device,
+        tuning=tuning,
     )
     rewrite_pass = get_pass(request["pass"])
     started = time.perf_counter()
@@ -82,12 +89,30 @@ def _rewrite(request: dict[str, Any], channel) -> dict[str, Any]:
         "method": rewrite.method,
         "pass_s": round(time.perf_counter() - started, 3),
     }
-    if rewrite.source is not None and request["pass"] == "torch-compile":
+    if rewrite.source is not None and request["pass"] in ("torch-compile", "compile-epilogue"):
         from agents.offline.passes.compile import measure_compile_s
 
         new_program = Program(rewrite.source, "ModelNew", None, inputs, init_inputs, device)
         answer["compile_s"] = round(measure_compile_s(new_program), 2)
+    if rewrite.source is not None and rewrite.tuning_sites and device == "cuda":
+        # Compiling and autotuning every kernel is a build: its own wall clock (build's),
+        # not what is left of the pass's run phase.
+        channel.phase("build")
+        answer["tuning"] = _tuning(rewrite, inputs, init_inputs, device)
     return answer
+
+
+def _tuning(rewrite, inputs: list[Any], init_inputs: list[Any], device: str) -> dict[str, Any]:
+    """What the rewrite's autotuned kernels chose on their first call (the parent remembers
+    it once the candidate is verified); a failure here costs the memory, not the rewrite."""
+    from agents.offline.passes.base import Program
+    from agents.offline.passes.triton_gemm_tuning import observe
+
+    new_program = Program(rewrite.source, "ModelNew", None, inputs, init_inputs, device)
+    try:
+        return observe(new_program, rewrite.tuning_sites, device)
+    except Exception as error:  # the verifier will judge the candidate; this is only memory
+        return {"error": _describe(error)}
 
 
 def _to_device(value: Any, device: str) -> Any:

@@ -9,7 +9,9 @@ so a failed rewrite is a finding (logged), not something to retry.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import re
 import threading
 from dataclasses import dataclass
 
@@ -19,12 +21,19 @@ from agents.roles.base import Candidate, Plan, PlanningContext, SkillBrief, Summ
 from agents.sandbox.process import run_child
 from agents.task import SourceFile
 from memory.experiences import ExperienceStore
+from memory.normalize import source_hash
+from memory.store import MemoryStoreError
+from memory.tuning import Observation, TuningMemory, observation_from
 
+log = logging.getLogger("kernel_agent.offline")
 LABEL = "offline"
 TERMINAL = ("torch-compile", "cpp-elementwise", "cuda-graphs")
 """Passes whose output hides the forward from fx (a compiled function, an extension call):
 nothing is planned after them on the same lineage."""
 MEMORY_WEIGHT = 2.0  # how strongly measured gains reorder the gate's ranking
+TUNED = ("triton-gemm",)
+"""Passes whose kernels autotune on their first call: their winning configs are remembered
+(memory/tuning.py) and handed back to them, so a later run compiles one config per site."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +150,9 @@ def _order(ranked: RankedPass) -> tuple[float, int]:
 
 
 class OfflineExecutor:
-    """Runs one pass on the current kernel in a sandboxed child."""
+    """Runs one pass on the current kernel in a sandboxed child. With `tuning`, an autotuning
+    pass gets the remembered configs, and what its kernels chose is remembered once the
+    search reports the candidate verified (`verified`): unverified numbers never persist."""
 
     label = LABEL
 
@@ -150,10 +161,14 @@ class OfflineExecutor:
         reference: SourceFile,
         options: EvalOptions,
         cancel: threading.Event | None = None,
+        tuning: TuningMemory | None = None,
     ) -> None:
         self.reference = reference
         self.options = options
         self.cancel = cancel
+        self.tuning = tuning
+        self.tuning_s = 0.0  # first-call seconds (compile + autotune) of tuned candidates
+        self._pending: dict[str, list[Observation]] = {}  # source hash -> until verified
 
     async def implement(self, context: PlanningContext, plan: Plan, sample: int) -> Candidate:
         is_reference = context.candidate_source == context.task_source
@@ -168,6 +183,9 @@ class OfflineExecutor:
             "threads": threads,
             "seed": sample,
         }
+        if self.tuning is not None and plan.method in TUNED:
+            records = await asyncio.to_thread(self.tuning.recall, plan.method)
+            request["tuning"] = [record.as_request() for record in records]
         cache = cache_dir(self.options)
         outcome = await asyncio.to_thread(
             run_child,
@@ -195,7 +213,41 @@ class OfflineExecutor:
                 f"torch.compile took {message['compile_s']:.1f} s on the first call "
                 "(paid once per process; not included in the timing)"
             )
+        notes += self._tuned(plan.method, source, message.get("tuning"))
         return Candidate(source, notes="; ".join(n for n in notes if n))
+
+    def _tuned(self, pass_name: str, source: str, reply: object) -> list[str]:
+        """Notes on the child's tuning report; its observations wait for `verified`."""
+        if not isinstance(reply, dict):
+            return []
+        if reply.get("error"):
+            return [f"the winning tiles were not read: {str(reply['error'])[:200]}"]
+        seconds = float(reply.get("first_call_s") or 0.0)
+        self.tuning_s += seconds
+        observations = []
+        for raw in reply.get("observations") or []:
+            try:
+                observations.append(observation_from(pass_name, raw))
+            except ValueError as error:
+                return [f"the winning tiles were not remembered: {error}"]
+        if self.tuning is not None and observations:
+            self._pending[source_hash(source)] = observations
+        remembered = sum(o.from_memory for o in observations)
+        return [
+            f"the first call took {seconds:.1f} s compiling and autotuning "
+            f"{len(observations)} kernel(s), {remembered} with their tile from memory"
+        ]
+
+    def verified(self, source: str) -> None:
+        """The search judged `source` correct: remember what its kernels chose."""
+        observations = self._pending.pop(source_hash(source), [])
+        if self.tuning is None:
+            return
+        try:
+            for observation in observations:
+                self.tuning.record(observation)
+        except MemoryStoreError as error:  # losing a tile must never stop the search
+            log.warning("memory: tuning choices not recorded: %s", error)
 
 
 class OfflineSummarizer:
@@ -216,7 +268,28 @@ class OfflineSummarizer:
                 lesson=f"On this kind of kernel on {self.device}, {head} made it {gain:.2f}x "
                 "slower; do not apply it here.",
             )
-        return Summary(
-            title=f"{head}: {gain:.2f}x",
-            lesson=f"On this kind of kernel on {self.device}, {head} gave {gain:.2f}x.",
-        )
+        lesson = f"On this kind of kernel on {self.device}, {head} gave {gain:.2f}x."
+        rules = _saturation_rules(fast_source)
+        if rules:
+            lesson += f" The identities that made it: {rules}."
+        tiles = _MEMORY_TILE.findall(fast_source)
+        if tiles:
+            named = "; ".join(f"tile from memory ({site}: {tile})" for site, tile in tiles[:4])
+            lesson += f" Autotuning skipped: {named}."
+        return Summary(title=f"{head}: {gain:.2f}x", lesson=lesson)
+
+
+_MEMORY_TILE = re.compile(r"^# tile from memory \(([^)\n]{1,200})\): ([^\n]{1,80})$", re.M)
+_SATURATION_DOC = re.compile(r'"""equality saturation: ([^"\n]{1,300})"""')
+
+
+def _saturation_rules(source: str) -> str:
+    """The rules an equality-saturation rewrite names in its docstring, with their laws."""
+    found = _SATURATION_DOC.search(source)
+    if not found:
+        return ""
+    from agents.offline.egraph.rules import by_name
+
+    laws = by_name()
+    named = [name.strip() for name in found.group(1).split(";") if name.strip()]
+    return "; ".join(f"{n} ({laws[n].law})" if n in laws else n for n in named)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+from typing import Any
 
 from agents.profile.api import DEVICES, ProfileError, profile_file
 from agents.task import SIZES, SourceFile, TaskLoadError
 
 
-def add_profile_parser(subparsers) -> argparse.ArgumentParser:
+def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `profile FILE.py [options]` to a parser's subcommands and return it."""
     parser = subparsers.add_parser(
         "profile",
@@ -22,9 +22,13 @@ def add_profile_parser(subparsers) -> argparse.ArgumentParser:
         description="Profile FILE's Model.forward in a sandbox: time per source line and aten "
         "op, FLOPs and bytes, against this machine's measured memory and matmul ceilings.",
     )
-    parser.add_argument("file", metavar="FILE.py")
-    parser.add_argument("--device", choices=DEVICES, default="cpu")
-    parser.add_argument("--size", choices=SIZES, default="default")
+    parser.add_argument("file", metavar="FILE.py", help="a KernelBench-format problem")
+    parser.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="profile on this device (default: cpu)"
+    )
+    parser.add_argument(
+        "--size", choices=SIZES, default="default", help="gpu: apply the problem's GPU_SIZES"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--repeat", type=int, default=5, help="profiled forwards (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
@@ -63,11 +67,10 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(profile.to_json(), indent=2))
         return 0
-    from rich.console import Console
-
+    from agents.display import make_console
     from agents.profile.render import render_profile
 
-    console = Console(file=sys.stdout)
+    console = make_console()
     render_profile(profile, console)
     if args.plot:
         console.print(f"roofline plot: {args.plot}")

@@ -1,4 +1,7 @@
-"""The profile as a terminal table: hot lines first, their top ops under each."""
+"""The profile as a terminal table: hot lines first, their top ops under each.
+
+The console comes from agents.display.make_console: a terminal's width on a tty, and no
+wrapping at 80 columns in a pipe or a log (one table row per line there)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agents.display import plural
 from agents.profile.report import OpStat, Profile
 
 HOT_LINES = 10
@@ -28,7 +32,8 @@ def header(profile: Profile) -> Text:
         bf16 = f", tf32 matmul {ceil.tf32_gflops:,.0f} GFLOP/s{bf16}"
     text = Text()
     text.append(profile.file, style="bold")
-    text.append(f"  ({profile.device}, size {profile.size}, {profile.threads} threads)\n")
+    threads = plural(profile.threads, "thread")
+    text.append(f"  ({profile.device}, size {profile.size}, {threads})\n")
     text.append(
         f"forward {profile.total_ms:.3f} ms (median); aten ops {profile.op_ms:.3f} ms, "
         f"{profile.attributed_share:.1%} attributed to source lines\n"

@@ -79,6 +79,9 @@ class Planner(Protocol):
 
 
 class Executor(Protocol):
+    """May also define `verified(source)`, which the search calls when a candidate it made
+    is judged correct (the offline executor then remembers its kernels' tuning choices)."""
+
     label: str
 
     async def implement(self, context: PlanningContext, plan: Plan, sample: int) -> Candidate:

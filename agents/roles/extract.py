@@ -78,8 +78,10 @@ def _dedent(line: str, indent: int) -> str:
 # -- Python module extraction ------------------------------------------------------------------
 
 
-def extract_module(reply: str) -> Candidate:
-    """The complete ModelNew module in `reply`, or a Candidate with `source=None` and why."""
+def extract_module(reply: str, plan: str = "") -> Candidate:
+    """The complete ModelNew module in `reply`, or a Candidate with `source=None` and why.
+    Of several blocks that define ModelNew, the one that best matches `plan` (the words it
+    shares with the plan's text) wins; on a tie, the later one (a corrected version)."""
     blocks = code_blocks(reply)
     notes: list[str] = []
     if blocks:
@@ -88,7 +90,7 @@ def extract_module(reply: str) -> Candidate:
             pool = [b for b in blocks if isinstance(_parse(b.text), ast.Module)]
         if not pool:
             return Candidate(None, error="the reply has no Python code block")
-        source = _choose(pool, notes)
+        source = _choose(pool, notes, plan)
         if not blocks[-1].closed and blocks[-1] in pool:
             notes.append("the last code fence was not closed")
     else:
@@ -109,17 +111,23 @@ def _parse(text: str) -> ast.Module | SyntaxError:
         return SyntaxError(str(error))
 
 
-def _choose(pool: list[CodeBlock], notes: list[str]) -> str:
-    """ModelNew's block (the last complete-looking one), else a module block, else the longest;
-    blocks it needs names from (imports, kernels) are joined in reply order."""
+def _choose(pool: list[CodeBlock], notes: list[str], plan: str = "") -> str:
+    """ModelNew's block (of the complete-looking ones, the best match to `plan`, else the
+    last), else a module block, else the longest; blocks it needs names from (imports,
+    kernels) are joined in reply order."""
     trees = [_parse(b.text) for b in pool]
     with_target = [i for i, b in enumerate(pool) if _mentions_class(b.text, TARGET, trees[i])]
+    with_class = [i for i in with_target if _defines_class(trees[i], TARGET)]
     with_module = [i for i, t in enumerate(trees) if isinstance(t, ast.Module) and _modules(t)]
-    chosen_from = with_target or with_module
+    chosen_from = with_class or with_target or with_module
     if chosen_from:
         parsed = [i for i in chosen_from if isinstance(trees[i], ast.Module)] or chosen_from
         longest = max(len(pool[i].text) for i in parsed)
-        main = [i for i in parsed if len(pool[i].text) >= longest / 2][-1]
+        complete = [i for i in parsed if len(pool[i].text) >= longest / 2]
+        wanted = _stems(plan)
+        main = max(complete, key=lambda i: (len(wanted & _stems(pool[i].text)), i))
+        if len(complete) > 1 and wanted and main != complete[-1]:
+            notes.append("chose the ModelNew block that matches the plan")
     else:
         main = max(range(len(pool)), key=lambda i: len(pool[i].text))
     tree = trees[main]
@@ -141,6 +149,33 @@ def _choose(pool: list[CodeBlock], notes: list[str]) -> str:
         return pool[main].text
     notes.append(f"joined {len(parts)} code blocks")
     return joined
+
+
+def _defines_class(tree: ast.Module | SyntaxError, name: str) -> bool:
+    """A top-level `class name` (not an alias such as `name = Other`)."""
+    if not isinstance(tree, ast.Module):
+        return False
+    return any(isinstance(n, ast.ClassDef) and n.name == name for n in tree.body)
+
+
+_SUFFIXES = ("ing", "ed", "es", "s", "e")
+
+
+def _stems(text: str) -> set[str]:
+    """Lowercased word stems of `text` (identifiers split at _ and camelCase, a plural or
+    tense ending cut), three letters or more: enough to see which code a plan talks about."""
+    words = re.findall(r"[A-Za-z][A-Za-z0-9]*", text)
+    words += re.findall(r"[A-Z][a-z0-9]+", text)  # the parts of camelCase names
+    stems = set()
+    for word in words:
+        word = word.lower()
+        for suffix in _SUFFIXES:
+            if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+                word = word[: -len(suffix)]
+                break
+        if len(word) >= 3:
+            stems.add(word)
+    return stems
 
 
 def _mentions_class(text: str, name: str, tree: ast.Module | SyntaxError) -> bool:

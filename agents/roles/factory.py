@@ -20,6 +20,7 @@ from agents.roles.llm_roles import LLMExecutor, LLMPlanner, LLMRepairer, LLMSumm
 from agents.search.beam import Roles
 from agents.task import SourceFile
 from memory.experiences import ExperienceStore
+from memory.tuning import TuningMemory
 
 __all__ = ["BACKENDS", "RoleSetupError", "build_roles"]
 
@@ -79,7 +80,10 @@ def build_roles(
         if offline is None:
             raise RoleSetupError("the offline backend needs the task and the verifier options")
         built["planner"] = OfflinePlanner(offline.experiences, device)
-        built["executor"] = OfflineExecutor(offline.reference, offline.options, offline.cancel)
+        tuning = TuningMemory(offline.experiences.store) if offline.experiences else None
+        built["executor"] = OfflineExecutor(
+            offline.reference, offline.options, offline.cancel, tuning
+        )
         built["repairer"] = None  # a pass is deterministic: a failed rewrite is not retried
     if backends["summarizer"] == "offline":
         built["summarizer"] = OfflineSummarizer(device)

@@ -1,9 +1,11 @@
 """The four roles realised by a chat model: render the prompt, call, parse, retry once.
 
-Every reply is recorded in the CostMeter under its role, retries included, so the cost
-summary accounts for every call. Bad replies never raise: the planner gives None, the
-executor and repairer a Candidate without source, the summarizer a deterministic summary.
-`LLMError` from the model does propagate: the search decides what a failed call means.
+Every call is recorded in the CostMeter under its role, retries and failed calls included,
+so the cost summary accounts for every call; and every call first asks the meter for room in
+the token and cost budget, which may cut its output limit or refuse it. Bad replies never
+raise: the planner gives None, the executor and repairer a Candidate without source, the
+summarizer a deterministic summary. `LLMError` from the model (an empty completion included)
+does propagate: the search decides what a failed call means.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
 from agents.llm.accounting import CostMeter
-from agents.llm.base import ChatModel, ChatReply, Message, SystemPrompt
+from agents.llm.base import ChatModel, ChatReply, LLMError, Message, SystemPrompt
 from agents.roles import prompts
 from agents.roles.base import Candidate, Plan, PlanningContext, SkillBrief, Summary
 from agents.roles.extract import ExtractError, code_blocks, extract_json, extract_module
@@ -47,10 +49,22 @@ class _LLMRole:
         self.label = model.label
 
     async def _chat(self, system: SystemPrompt, messages: list[Message]) -> ChatReply:
-        reply = await self.model.chat(
-            system, messages, max_tokens=self.max_tokens, temperature=self.temperature
-        )
-        self.meter.add(self.role, reply)
+        """One call, within the budget: the meter may cut its output limit to what is left,
+        or refuse it (BudgetExhaustedError). Failed calls are counted, then re-raised."""
+        size = len(system.text().encode()) + sum(len(m.content.encode()) for m in messages)
+        price = getattr(self.model, "price", None)  # backends that know their price
+        grant = await self.meter.reserve(self.role, size, self.max_tokens, price)
+        try:
+            reply = await self.model.chat(
+                system, messages, max_tokens=grant.max_tokens, temperature=self.temperature
+            )
+        except LLMError as error:
+            self.meter.add_failure(self.role, error, grant)
+            raise
+        except BaseException:
+            self.meter.release(grant)
+            raise
+        self.meter.add(self.role, reply, grant)
         return reply
 
     async def _ask(
@@ -100,9 +114,12 @@ class LLMPlanner(_LLMRole):
 class _CodeRole(_LLMRole):
     """Shared by executor and repairer: the reply must hold a complete ModelNew module."""
 
-    async def _code(self, system: SystemPrompt, user: str) -> Candidate:
+    async def _code(self, system: SystemPrompt, user: str, plan: Plan) -> Candidate:
+        """The reply's module; of several ModelNew blocks, the one that matches `plan`."""
         try:
-            candidate, reply = await self._ask(system, user, _module_or_raise)
+            candidate, reply = await self._ask(
+                system, user, lambda text: _module_or_raise(text, plan.text())
+            )
         except ExtractError as error:
             return Candidate(None, error=str(error))
         prose = _prose(reply.text)
@@ -126,7 +143,7 @@ class LLMExecutor(_CodeRole):
 
     async def implement(self, context: PlanningContext, plan: Plan, sample: int) -> Candidate:
         system, user = prompts.executor_prompt(context, plan, sample)
-        return await self._code(system, user)
+        return await self._code(system, user, plan)
 
 
 class LLMRepairer(_CodeRole):
@@ -153,7 +170,7 @@ class LLMRepairer(_CodeRole):
         attempt: int,
     ) -> Candidate:
         system, user = prompts.repairer_prompt(context, plan, source, verdict, log, attempt)
-        return await self._code(system, user)
+        return await self._code(system, user, plan)
 
 
 class LLMSummarizer(_LLMRole):
@@ -272,8 +289,8 @@ def _skills_named(text: str, skills: list[SkillBrief]) -> set[str]:
     return named
 
 
-def _module_or_raise(text: str) -> Candidate:
-    candidate = extract_module(text)
+def _module_or_raise(text: str, plan: str = "") -> Candidate:
+    candidate = extract_module(text, plan)
     if candidate.source is None:
         raise ExtractError(candidate.error or "the reply has no Python code block")
     return candidate

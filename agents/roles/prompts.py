@@ -228,7 +228,7 @@ def planner_prompt(context: PlanningContext) -> tuple[SystemPrompt, str]:
         speedup=speedup_text(context),
         candidate=code_fence(cap(context.candidate_source, CODE_CHARS, "middle")),
         task=task_text(context),
-        profile=cap(context.profile_summary.strip(), PROFILE_CHARS) or NONE,
+        profile=profile_text(context),
         lessons=bullet_list(cap_items(context.lessons, *LESSONS)),
         attempts=bullet_list(cap_items(context.recent_attempts, *ATTEMPTS, keep="last")),
         avoid=bullet_list(cap_items(context.avoid_plans, *AVOID, keep="last")),
@@ -239,6 +239,11 @@ def planner_prompt(context: PlanningContext) -> tuple[SystemPrompt, str]:
 
 
 # -- executor and repairer ---------------------------------------------------------------------
+
+
+def profile_text(context: PlanningContext) -> str:
+    """The profile's facts every role that writes or changes code should see, capped."""
+    return cap(context.profile_summary.strip(), PROFILE_CHARS) or NONE
 
 
 def plan_text(plan: Plan) -> str:
@@ -275,6 +280,7 @@ def executor_prompt(context: PlanningContext, plan: Plan, sample: int) -> tuple[
         )
     user = template.render_user(
         device=context.device,
+        profile=profile_text(context),
         plan=plan_text(plan),
         skill=skill_notes(context, plan),
         speedup=speedup_text(context),
@@ -302,6 +308,7 @@ def repairer_prompt(
         device=context.device,
         attempt_note=note,
         plan=plan_text(plan),
+        profile=profile_text(context),
         verdict=verdict,
         log=code_fence(trim_log(log) or "(empty log)", "text"),
         source=code_fence(cap(source, CODE_CHARS, "middle")),

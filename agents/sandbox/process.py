@@ -7,38 +7,43 @@ The parent survives anything the child does: a crash, a hang, an out-of-memory k
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import resource
 import secrets
 import selectors
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from agents.sandbox.env import scrubbed_environment
-from agents.sandbox.jail import find_jail, jail_command
+from agents.sandbox.jail import project_root
+from agents.sandbox.launch import (  # Limits and the helpers live there; kept importable here
+    JailUnavailable,
+    Launched,
+    LaunchSpec,
+    Limits,
+    default_address_space,
+    launch,
+)
+
+__all__ = [
+    "ChildOutcome",
+    "JailUnavailable",
+    "Limits",
+    "MeasureGate",
+    "default_address_space",
+    "project_root",
+    "run_child",
+]
 
 TAIL_BYTES = 16_384
 MAX_LINE_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Wall-clock limits per phase and OS limits for the child."""
-
-    build_timeout_s: float = 600.0
-    run_timeout_s: float = 300.0
-    address_space_bytes: int | None = None  # None: a share of this machine's memory
-    file_size_bytes: int = 2 * 1024**3
 
 
 class MeasureGate(Protocol):
@@ -59,7 +64,8 @@ class MeasureGate(Protocol):
     def release(self) -> None: ...
 
     # Optional: `paused_s()`, the seconds the pool has kept this child stopped so far (for
-    # another child's timing); they do not count against its wall clock.
+    # another child's timing); they do not count against its wall clock. `spare_started(pid)`:
+    # a spare worker booting for a later candidate, stopped with this child's others.
 
 
 @dataclass
@@ -98,47 +104,6 @@ class ChildOutcome:
         return None
 
 
-def default_address_space() -> int:
-    """Three quarters of physical memory: a runaway candidate fails alone, not the machine."""
-    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return max(int(pages * 0.75), 4 * 1024**3)
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def _load_prctl():
-    """libc's prctl, looked up once in the parent: a forked child must not dlopen."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-
-
-def _limit_child(address_space: int | None, file_size: int, parent: int | None = None) -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-    if address_space is not None:
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-    # The child has its own session, so nothing would end it if the process that started it
-    # were killed (a Ray worker cancelled by force, a pool's parent killed): on Linux the
-    # kernel sends it SIGKILL when the thread that started it dies (run_child's thread, which
-    # outlives the child anyway). It holds across execve, except into a set-user-ID binary.
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if parent is not None and os.getppid() != parent:
-            os._exit(1)  # the parent died before prctl took effect
-
-
-def project_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def run_child(
     request: dict[str, Any],
     *,
@@ -151,36 +116,50 @@ def run_child(
     use_jail: bool = True,
     cancel: threading.Event | None = None,
     gate: MeasureGate | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> ChildOutcome:
     """Start `entry` in a jailed child with `request`, and collect its messages.
 
     Setting `cancel` kills the child's whole process group within a fraction of a second;
     the outcome then says `cancelled`. `gate`, when given, is told the child's pid and holds
     the child at its `measure` phase until the gate grants it; it is released when the child
-    is gone. Without one the child is let through at once."""
-    caches = [build_cache] + ([compiler_cache] if compiler_cache else [])
-    for cache in caches:
-        cache.mkdir(parents=True, exist_ok=True)
+    is gone. Without one the child is let through at once.
+
+    `build_cache` (keyed by the candidate's source) is the child's only persistent cache:
+    Inductor and Triton write there too, and `compiler_cache` is ignored, since a cache
+    every jail could write let one candidate plant what another would load. `extra` sets
+    more `LaunchSpec` fields (`cpus`, ...). Raises JailUnavailable when `use_jail` is set and
+    the jail cannot start."""
+    del compiler_cache
     workdir = Path(tempfile.mkdtemp(prefix="kernel-agent-"))
     try:
         return _run_in(
-            workdir, request, device, threads, caches, limits, entry, use_jail, cancel, gate
+            workdir,
+            request,
+            device,
+            threads,
+            build_cache,
+            limits,
+            entry,
+            use_jail,
+            cancel,
+            gate,
+            extra,
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_in(
-    workdir, request, device, threads, caches, limits, entry, use_jail, cancel=None, gate=None
-):
+def _run_in(workdir, request, device, threads, cache, limits, entry, use_jail, cancel, gate, extra):
     nonce = secrets.token_hex(16)
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps({**request, "nonce": nonce}), encoding="utf-8")
-    read_fd, write_fd = os.pipe()
-    gate_read, gate_write = os.pipe()
     bootstrap = (
         f"import sys; sys.path.insert(0, sys.argv[1]); from {entry} import main; main(sys.argv[2:])"
     )
+    package = entry.split(".")[0]
+    read_fd, write_fd = os.pipe()
+    gate_read, gate_write = os.pipe()
     argv = [
         sys.executable,
         "-I",
@@ -191,41 +170,35 @@ def _run_in(
         str(write_fd),
         str(gate_read),
     ]
-    jail = find_jail() if use_jail else None
+    spec = LaunchSpec(
+        argv=argv,
+        device=device,
+        threads=threads,
+        workdir=workdir,
+        cache_dir=cache,
+        env_extra=dict(gate.env) if gate is not None else {},
+        pass_fds=(write_fd, gate_read),
+        jail=use_jail,
+        limits=limits,
+        read_only=() if package == "agents" else (str(project_root() / package),),
+    )
+    if extra:
+        spec = replace(spec, **extra)
     outcome = ChildOutcome()
-    if jail is not None:
-        argv = jail_command(jail, argv, writable=[workdir, *caches], device=device)
-        outcome.isolation = jail.describe()
-    else:
-        outcome.isolation = "limits only (no bubblewrap jail available): scrubbed environment"
-    # CUDA reserves far more virtual memory than it uses, so an address-space cap breaks it.
-    address_space = None
-    if device != "cuda":
-        address_space = limits.address_space_bytes or default_address_space()
-        outcome.isolation += f", {address_space / 1024**3:.0f} GiB address space"
-    outcome.isolation += (
+    started = time.monotonic()
+    try:
+        launched: Launched = launch(spec)
+    except BaseException:
+        for fd in (read_fd, gate_write):
+            os.close(fd)
+        raise
+    finally:
+        os.close(write_fd)
+        os.close(gate_read)
+    process = launched.process
+    outcome.isolation = launched.isolation + (
         f", {limits.build_timeout_s:g} s build / {limits.run_timeout_s:g} s run wall clock"
     )
-    env = scrubbed_environment(
-        workdir, caches[0], threads, compiler_cache=caches[1] if len(caches) > 1 else None
-    )
-    if gate is not None:
-        env.update(gate.env)
-    started = time.monotonic()
-    parent = os.getpid()
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        pass_fds=(write_fd, gate_read),
-        env=env,
-        cwd=workdir,
-        start_new_session=True,
-        preexec_fn=lambda: _limit_child(address_space, limits.file_size_bytes, parent),
-    )
-    os.close(write_fd)
-    os.close(gate_read)
     held = [False]
     try:
         if gate is not None:
@@ -234,9 +207,13 @@ def _run_in(
     finally:
         os.close(read_fd)
         os.close(gate_write)
-        _kill_group(process)
+        launched.close()
         if held[0] and gate is not None:
             gate.release()
+    if launched.killed_for:
+        # The monitor's reason, where the verdict's reasons show the child's last words.
+        note = f"\nkernel-agent: the sandbox killed the child: {launched.killed_for}\n"
+        outcome.stderr_tail = (outcome.stderr_tail + note)[-TAIL_BYTES:]
     outcome.returncode = process.returncode
     outcome.elapsed_s = time.monotonic() - started
     return outcome
@@ -367,17 +344,3 @@ def _parse(line: bytes, prefix: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return message if isinstance(message, dict) else None
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    """Kill the child and everything it started; reap it so no zombie is left."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            stream.close()

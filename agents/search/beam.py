@@ -18,130 +18,48 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from agents.evalpool import EvalService, LocalPool, PoolSettings
 from agents.evaluate import EvalCancelled, EvalOptions
 from agents.llm.accounting import CostMeter
-from agents.llm.base import LLMError, MissingAPIKeyError
+from agents.llm.base import BudgetExhaustedError, LLMError, MissingAPIKeyError
 from agents.profile.api import ProfileError, profile_file
 from agents.profile.report import Profile
 from agents.roles.base import (
     Candidate,
-    Executor,
     Plan,
-    Planner,
     PlanningContext,
-    Repairer,
     SkillBrief,
-    Summarizer,
 )
 from agents.search import events as ev
 from agents.search.budget import Budget, BudgetTracker, CancelToken
+from agents.search.finish import finish
 from agents.search.knowledge import (
+    PlanHistory,
     attempt_lines,
     hot_lines_json,
     render_profile,
     signature_for,
     skill_briefs,
 )
-from agents.search.result import SearchResult, TrajectoryPoint
+from agents.search.nodes import Node, Roles, Sample, SearchConfig, SearchMemory, SearchState
+from agents.search.records import log_attempt, record_outcome
+from agents.search.remember import remember
+from agents.search.result import SearchResult
 from agents.task import SourceFile
 from agents.verify.verdict import EvalResult, Verdict
-from memory.experiences import Experience, ExperienceStore, TaskSignature, from_attempt
+from memory.experiences import TaskSignature
 from memory.gate import gate
-from memory.logbook import Logbook, plan_key, plan_similarity, task_id_for
+from memory.logbook import plan_key, task_id_for
 from memory.normalize import source_hash
+
+__all__ = ["Roles", "Search", "SearchConfig", "SearchMemory", "run_search"]
 
 log = logging.getLogger("kernel_agent.search")
 
 REPAIRABLE = (Verdict.COMPILE_ERROR, Verdict.RUNTIME_ERROR, Verdict.INCORRECT)
 ERROR_LOG_CHARS = 4000
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """AccelOpt's defaults (B=6, N=12, K=2, T=16) plus KernelSkill's repair budget R."""
-
-    beam: int = 6
-    plans: int = 12
-    samples: int = 2
-    iterations: int = 16
-    patience: int = 4  # stop after this many iterations without a new best
-    repairs: int = 2
-    parallel_evals: int = 1  # candidates built/checked at once; timings stay exclusive
-    profile: bool = True
-    profile_repeat: int = 3
-    confirm: int = 3  # best candidates re-measured on fresh inputs at the end
-    confirm_budget_s: float = 3.0  # timing budget of each confirming evaluation
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("beam", "plans", "samples", "iterations", "patience", "parallel_evals"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        if self.repairs < 0 or self.confirm < 1:
-            raise ValueError("repairs must be >= 0 and confirm >= 1")
-
-
-@dataclass
-class Roles:
-    planner: Planner
-    executor: Executor
-    repairer: Repairer | None = None
-    summarizer: Summarizer | None = None
-
-
-@dataclass
-class SearchMemory:
-    """The long-term experiences and the short-term logbook; either may be absent."""
-
-    experiences: ExperienceStore | None = None
-    logbook: Logbook | None = None
-
-
-@dataclass
-class Node:
-    """A verified kernel in the search tree (the root is the reference itself)."""
-
-    source: str
-    speedup: float  # over the reference, as measured when it was evaluated
-    methods: tuple[str, ...] = ()
-    plan: Plan | None = None
-    attempt_id: int | None = None
-    iteration: int = 0
-    profile: Profile | None = None
-    result: EvalResult | None = None
-    ci: list[float] | None = None
-
-    @property
-    def is_root(self) -> bool:
-        return self.plan is None
-
-
-@dataclass
-class _Sample:
-    plan: Plan
-    parent: Node
-    source: str | None
-    result: EvalResult | None
-    speedup: float | None
-    attempt_id: int | None = None
-
-
-@dataclass
-class _State:
-    best: Node
-    beam: list[Node]
-    evaluations: int = 0
-    iteration: int = 0
-    trajectory: list[TrajectoryPoint] = field(default_factory=list)
-    seen: dict[str, tuple[str, float | None]] = field(default_factory=dict)  # hash → result
-    notes: list[str] = field(default_factory=list)
-    memory_written: list[int] = field(default_factory=list)
-    llm_failures: int = 0
-    last_llm_error: str = ""
-    best_seen: float = 1.0  # fastest correct sample so far (the trajectory's running best)
 
 
 class Search:
@@ -183,8 +101,9 @@ class Search:
         self.root_profiled = False
         self.forbidden: list[SkillBrief] = []
         self._stop_reason = ""
-        self._branch_samples: dict[int, list[_Sample]] = {}
-        self._state = _State(best=Node(source=reference.text, speedup=1.0), beam=[])
+        self._branch_samples: dict[int, list[Sample]] = {}
+        self.history = PlanHistory()
+        self._state = SearchState(best=Node(source=reference.text, speedup=1.0), beam=[])
 
     # -- entry -------------------------------------------------------------------------------
 
@@ -216,7 +135,10 @@ class Search:
             raise
         if self.cancel.cancelled:
             self._stop_reason = "cancelled"
-        return await self._finish(state)
+        try:
+            return await finish(self, state)
+        finally:
+            release_warm_workers(self.pool)
 
     def emit(self, event: ev.SearchEvent) -> None:
         try:
@@ -279,7 +201,7 @@ class Search:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    async def _loop(self, state: _State) -> None:
+    async def _loop(self, state: SearchState) -> None:
         stale = 0
         for iteration in range(1, self.config.iterations + 1):
             if self._should_stop():
@@ -295,16 +217,15 @@ class Search:
                 )
             )
             best_before = state.best.speedup
-            branches = await self._plan_all(state)
+            failures = state.llm_failures
+            branches, repeats = await self._plan_all(state)
             if not branches:
-                if state.llm_failures and not self._stop_reason:
-                    self._stop_reason = f"the model failed: {state.last_llm_error}"
-                elif not self._stop_reason:
-                    self._stop_reason = "the planner had no new plans"
+                failed = state.llm_failures > failures
+                self._stop_reason = self._stop_reason or self._no_plans(repeats, failed)
                 return
             outcomes = await self._realise(state, branches)
             children = [child for child in outcomes if child is not None]
-            await self._remember(state, branches, outcomes)
+            await remember(self, state, branches, outcomes)
             pool = {id(n): n for n in state.beam + children}
             state.beam = sorted(pool.values(), key=lambda n: -n.speedup)[: self.config.beam]
             for node in state.beam:
@@ -319,11 +240,26 @@ class Search:
                     return
         self._stop_reason = self._stop_reason or f"ran all {self.config.iterations} iterations"
 
-    def _should_stop(self) -> bool:
+    def _no_plans(self, repeats: int, failed: bool) -> str:
+        """Why a planning round gave nothing to try: the budget, the model, or repeats."""
+        if self._should_stop():
+            return self._stop_reason
+        if failed:
+            return f"the model failed: {self._state.last_llm_error}"
+        if repeats:
+            return (
+                f"the planner only repeated plans already tried ({repeats} repeats this "
+                "round): nothing new to try"
+            )
+        return "the planner proposed no usable plan (unreadable replies or forbidden skills)"
+
+    def _should_stop(self, calls: bool = True) -> bool:
+        """Cancelled or over a cap; `calls=False` for work that makes no model call (judging
+        a candidate already written), which only the evaluation and time caps stop."""
         if self.cancel.cancelled:
             self._stop_reason = "cancelled"
             return True
-        reason = self.tracker.exhausted()
+        reason = self.tracker.exhausted(calls=calls)
         if reason:
             self._stop_reason = reason
             return True
@@ -331,7 +267,7 @@ class Search:
 
     # -- planning ----------------------------------------------------------------------------
 
-    def _context(self, state: _State, parent: Node, seed: int) -> PlanningContext:
+    def _context(self, state: SearchState, parent: Node, seed: int) -> PlanningContext:
         lessons: list[str] = []
         if self.memory.experiences is not None:
             chosen = self.memory.experiences.select_for_prompt(
@@ -360,28 +296,30 @@ class Search:
             gated=self.root_profiled,
         )
 
-    async def _plan_all(self, state: _State) -> list[tuple[Plan, Node]]:
-        """N plans per beam entry, minus repeats and plans the logbook says failed."""
-        jobs = []
-        for parent in state.beam:
-            for n in range(self.config.plans):  # the slot number spreads the N plans
-                jobs.append((parent, self._context(state, parent, n)))
+    async def _plan_all(self, state: SearchState) -> tuple[list[tuple[Plan, Node]], int]:
+        """N plans per beam entry, no more than the evaluations left can judge, minus
+        repeats (see `PlanHistory`); also returns how many replies were repeats."""
+        # (slot, kernel); the slot number spreads the N plans of one kernel
+        slots = [(n, b) for n in range(self.config.plans) for b in range(len(state.beam))]
+        left = self.tracker.evaluations_left()
+        if left is not None:
+            slots = slots[: max(1, left)]  # slot-major, so every kernel keeps its first plans
+        slots.sort(key=lambda slot: (slot[1], slot[0]))
+        jobs = [(state.beam[b], self._context(state, state.beam[b], n)) for n, b in slots]
         replies = await asyncio.gather(
             *(self._call_planner(ctx) for _, ctx in jobs), return_exceptions=False
         )
         branches: list[tuple[Plan, Node]] = []
-        keys: dict[int, list[str]] = {}
+        repeats = 0
         for (parent, ctx), plan in zip(jobs, replies, strict=True):
             if plan is None:
                 continue
             key = plan_key(plan.text())
-            taken = keys.setdefault(id(parent), [])
-            if any(k == key or plan_similarity(k, key) >= 0.85 for k in taken):
-                continue
             failed = [plan_key(p) for p in ctx.avoid_plans]
-            if any(k == key or plan_similarity(k, key) >= 0.85 for k in failed):
+            if self.history.repeats(key, parent.source, parent.plan_keys, failed):
+                repeats += 1
                 continue
-            taken.append(key)
+            self.history.add(key, parent.source)
             branches.append((plan, parent))
             self.emit(
                 ev.PlanMade(
@@ -391,7 +329,7 @@ class Search:
                     method=plan.method,
                 )
             )
-        return branches
+        return branches, repeats
 
     async def _call_planner(self, context: PlanningContext) -> Plan | None:
         if self._should_stop():
@@ -405,13 +343,19 @@ class Search:
             return None
 
     def _llm_failed(self, error: Exception) -> None:
-        log.warning("model call failed: %s", error)
-        self._state.llm_failures += 1
-        self._state.last_llm_error = str(error)
+        """Count a failed call; each distinct failure is logged once (one line, not one per
+        call). A call the budget refused is not a failure: `_should_stop` reports it."""
+        if isinstance(error, BudgetExhaustedError):
+            return
+        state = self._state
+        state.llm_failures += 1
+        if str(error) != state.last_llm_error:
+            log.warning("model call failed: %s", error)
+        state.last_llm_error = str(error)
 
     # -- one branch: K samples, each repaired up to R times -----------------------------------
 
-    async def _realise(self, state: _State, branches: list[tuple[Plan, Node]]) -> list:
+    async def _realise(self, state: SearchState, branches: list[tuple[Plan, Node]]) -> list:
         """All K samples of every plan: the executor calls run at once; the judging chains
         (evaluate, then repair) start in plan and sample order, `parallel_evals` at a time,
         so which of two identical samples is judged does not depend on reply timing."""
@@ -420,7 +364,7 @@ class Search:
         drafts = await asyncio.gather(
             *(self._draft(contexts[b], branches[b][0], k) for b, k in keys)
         )
-        samples: dict[tuple[int, int], _Sample] = {}
+        samples: dict[tuple[int, int], Sample] = {}
         slots = asyncio.Semaphore(self.config.parallel_evals)
 
         async def chain(b: int, k: int, draft) -> None:
@@ -446,7 +390,7 @@ class Search:
             for b, (plan, parent) in enumerate(branches)
         ]
 
-    def _child(self, state: _State, plan: Plan, parent: Node, samples: list) -> Node | None:
+    def _child(self, state: SearchState, plan: Plan, parent: Node, samples: list) -> Node | None:
         """The branch's fastest correct sample; None: the branch falls back to its parent."""
         correct = [s for s in samples if s.speedup is not None]
         if not correct:
@@ -457,6 +401,7 @@ class Search:
             source=best.source,
             speedup=best.speedup,
             methods=(*parent.methods, plan.method),
+            plan_keys=(*parent.plan_keys, plan_key(plan.text())),
             plan=plan,
             attempt_id=best.attempt_id,
             iteration=state.iteration,
@@ -489,15 +434,15 @@ class Search:
 
     async def _judge(
         self,
-        state: _State,
+        state: SearchState,
         context: PlanningContext,
         plan: Plan,
         parent: Node,
         k: int,
         candidate: Candidate | None,
-    ) -> _Sample:
-        sample = _Sample(plan=plan, parent=parent, source=None, result=None, speedup=None)
-        if candidate is None or self._should_stop():
+    ) -> Sample:
+        sample = Sample(plan=plan, parent=parent, source=None, result=None, speedup=None)
+        if candidate is None or self._should_stop(calls=False):
             return sample
         source, error = candidate.source, candidate.error
         attempt_parent = parent.attempt_id
@@ -506,24 +451,28 @@ class Search:
             note = ""
             if source is None:
                 note = error or "the reply had no code"
-                self._record(state, plan, k, repair, "no_code", None, note, counted=False)
-                self._log(plan, None, attempt_parent, "no_code", None, note, k)
+                record_outcome(self, state, plan, k, repair, "no_code", None, note, counted=False)
+                log_attempt(self, plan, None, attempt_parent, "no_code", None, note, k)
             elif known := self._known_outcome(state, source):
                 note = f"the fix was {known}"
-                self._record(state, plan, k, repair, "duplicate", None, known, counted=False)
+                record_outcome(
+                    self, state, plan, k, repair, "duplicate", None, known, counted=False
+                )
             else:
                 result = await self._evaluate(state, source)
                 if result is None:  # cancelled or out of budget
                     return sample
                 speedup = result.speedup if result.correct else None
                 reason = "; ".join(result.reasons)[:300]
-                attempt_id = self._log(
-                    plan, source, attempt_parent, result.verdict.value, speedup, reason, k
+                attempt_id = log_attempt(
+                    self, plan, source, attempt_parent, result.verdict.value, speedup, reason, k
                 )
-                self._record(state, plan, k, repair, result.verdict.value, speedup, reason)
+                record_outcome(self, state, plan, k, repair, result.verdict.value, speedup, reason)
                 sample.source, sample.result, sample.attempt_id = source, result, attempt_id
                 if result.correct and speedup is not None:
                     sample.speedup = speedup
+                    if hasattr(self.roles.executor, "verified"):  # it may now learn from it
+                        self.roles.executor.verified(source)
                     return sample
                 if result.verdict not in REPAIRABLE:
                     return sample
@@ -557,7 +506,7 @@ class Search:
         digest = hashlib.sha256(f"{self.config.seed}:{key}".encode()).digest()
         return int.from_bytes(digest[:4], "big") % (2**31 - 10_000)
 
-    def _known_outcome(self, state: _State, source: str) -> str:
+    def _known_outcome(self, state: SearchState, source: str) -> str:
         """Why this code needs no evaluation (judged already in this search, or failed in an
         earlier one according to the logbook), else ""."""
         key = source_hash(source)
@@ -571,11 +520,11 @@ class Search:
         state.seen[key] = ("being judged", None)  # claimed now: concurrent twins are skipped
         return ""
 
-    async def _evaluate(self, state: _State, source: str) -> EvalResult | None:
+    async def _evaluate(self, state: SearchState, source: str) -> EvalResult | None:
         """Judge one candidate in the sandbox (identical code is judged once per search)."""
         key = source_hash(source)
         # The caller holds one of the parallel_evals slots.
-        if self._should_stop():
+        if self._should_stop(calls=False):
             return None
         self.tracker.evaluations += 1
         state.evaluations += 1
@@ -592,247 +541,14 @@ class Search:
         state.seen[key] = (result.verdict.value, result.speedup)
         return result
 
-    def _record(
-        self,
-        state: _State,
-        plan: Plan,
-        sample: int,
-        repair: int,
-        verdict: str,
-        speedup: float | None,
-        reason: str,
-        counted: bool = True,
-    ) -> None:
-        if speedup is not None:
-            state.best_seen = max(state.best_seen, speedup)
-        best = state.best_seen
-        if counted:
-            state.trajectory.append(
-                TrajectoryPoint(
-                    evaluation=state.evaluations,
-                    iteration=state.iteration,
-                    plan=plan.title,
-                    method=plan.method,
-                    sample=sample,
-                    repair=repair,
-                    verdict=verdict,
-                    speedup=None if speedup is None else round(speedup, 4),
-                    best_speedup=round(best, 4),
-                    elapsed_s=round(self.tracker.elapsed_s(), 2),
-                    reason=reason if verdict != "correct" else "",
-                )
-            )
-        self.emit(
-            ev.CandidateEvaluated(
-                iteration=state.iteration,
-                plan=plan.title,
-                sample=sample,
-                repair=repair,
-                verdict=verdict,
-                speedup=None if speedup is None else round(speedup, 4),
-                evaluations=state.evaluations,
-                reason=reason if verdict != "correct" else "",
-            )
-        )
-
-    def _log(
-        self,
-        plan: Plan,
-        source: str | None,
-        parent_id: int | None,
-        verdict: str,
-        speedup: float | None,
-        error: str,
-        sample: int,
-    ) -> int | None:
-        if self.memory.logbook is None:
-            return None
-        text = plan.text()  # a repair's history is its parent chain, not its plan text
-        attempt = self.memory.logbook.record(
-            self.task_id,
-            verdict=verdict,
-            source=source,
-            source_hash=None if source is not None else source_hash(f"{plan.text()}#{sample}"),
-            plan=text,
-            parent_id=parent_id,
-            skills=(plan.skill_id,) if plan.skill_id else (),
-            speedup=speedup,
-            error=error,
-        )
-        return attempt.id
-
-    # -- memory ------------------------------------------------------------------------------
-
-    async def _remember(self, state: _State, branches, outcomes) -> None:
-        """AccelOpt's per-iteration update: slow/fast pairs of this iteration, summarised."""
-        store = self.memory.experiences
-        if store is None:
-            return
-        pairs: list[tuple[Node, str, float, Plan]] = []  # parent, candidate, ratio, plan
-        for (plan, parent), child in zip(branches, outcomes, strict=True):
-            if child is None:
-                continue
-            for sample in self._branch_samples.pop(id(child), []):
-                if sample.speedup is None or sample.source is None or parent.speedup <= 0:
-                    continue
-                pairs.append((parent, sample.source, sample.speedup / parent.speedup, plan))
-        candidates: list[tuple[Node, str, float, Plan]] = []
-        for pair in pairs:
-            if store.classify(pair[2]) is not None:
-                candidates.append(pair)
-        candidates.sort(key=lambda p: -max(p[2], 1 / p[2]))
-        candidates = candidates[: store.policy.max_new_per_iteration * 2]
-        summaries = await asyncio.gather(*(self._summarize(*pair) for pair in candidates))
-        experiences: list[Experience] = []
-        for (parent, source, ratio, plan), summary in zip(candidates, summaries, strict=True):
-            exp = from_attempt(
-                store.policy,
-                self.signature,
-                parent.source,
-                source,
-                ratio,
-                plan=plan.text(),
-                title=summary[0],
-                lesson=summary[1],
-                model=self.roles.planner.label,
-            )
-            if exp is not None:
-                experiences.append(exp)
-        if experiences:
-            state.memory_written.extend(store.add_iteration(experiences))
-
-    async def _summarize(
-        self, parent: Node, source: str, ratio: float, plan: Plan
-    ) -> tuple[str, str]:
-        regression = ratio < 1
-        slow, fast = (source, parent.source) if regression else (parent.source, source)
-        gain = 1 / ratio if regression else ratio
-        if self.roles.summarizer is None or self._should_stop():
-            return plan.title, ""
-        try:
-            summary = await self.roles.summarizer.summarize(
-                slow, fast, gain, plan.text(), regression
-            )
-        except MissingAPIKeyError:
-            raise
-        except LLMError as error:
-            self._llm_failed(error)
-            return plan.title, ""
-        return summary.title, summary.lesson
-
-    # -- the answer --------------------------------------------------------------------------
-
-    async def _finish(self, state: _State) -> SearchResult:
-        confirmed_node: Node | None = None
-        confirmation: EvalResult | None = None
-        notes = list(state.notes)
-        found = sorted(_all_nodes(state), key=lambda n: -n.speedup)
-        found = [n for n in found if not n.is_root and n.speedup > 1.0]
-        if found and not self.cancel.cancelled:
-            for node in found[: self.config.confirm]:
-                result = await self._confirm(state, node)
-                if result is None:
-                    break
-                if _faster(result):
-                    confirmed_node, confirmation = node, result
-                    break
-                notes.append(
-                    f"{node.plan.title if node.plan else 'candidate'}: measured "
-                    f"{node.speedup:.2f}x in the search but "
-                    + (
-                        f"{result.speedup:.2f}x on fresh inputs"
-                        if result.correct and result.speedup
-                        else f"{result.verdict.value} on fresh inputs"
-                    )
-                    + "; not offered"
-                )
-        elif found and self.cancel.cancelled:
-            confirmed_node = found[0]  # verified correct in this run; not re-measured
-            notes.append("cancelled: the best kernel so far was not re-measured")
-        improved = confirmed_node is not None
-        speedup = 1.0
-        ci = None
-        if confirmed_node is not None:
-            if confirmation is not None:
-                speedup = confirmation.speedup or confirmed_node.speedup
-                ci = confirmation.speedup_ci
-            else:
-                speedup, ci = confirmed_node.speedup, confirmed_node.ci
-        result = SearchResult(
-            task=self.task_name,
-            device=self.options.device,
-            improved=improved,
-            verdict="correct" if improved else "no_improvement",
-            speedup=round(speedup, 4),
-            speedup_ci=ci,
-            confirmed=confirmation is not None,
-            source=confirmed_node.source if confirmed_node else None,
-            methods=list(confirmed_node.methods) if confirmed_node else [],
-            evaluations=state.evaluations,
-            iterations=state.iteration,
-            stopped_because=self._stop_reason or "done",
-            elapsed_s=round(self.tracker.elapsed_s(), 2),
-            cost=self.meter.to_json(),
-            planner=self.roles.planner.label,
-            executor=self.roles.executor.label,
-            trajectory=state.trajectory,
-            eval_report=confirmation.to_json() if confirmation else None,
-            notes=notes,
-            memory={
-                "task_id": self.task_id,
-                "experiences_written": len(state.memory_written),
-                "logbook_attempts": (
-                    len(self.memory.logbook.attempts(self.task_id)) if self.memory.logbook else 0
-                ),
-            },
-        )
-        self.emit(
-            ev.Finished(
-                verdict=result.verdict,
-                speedup=result.speedup,
-                improved=improved,
-                evaluations=state.evaluations,
-                stopped_because=result.stopped_because,
-                cost_usd=self.meter.total_cost_usd,
-                tokens=self.meter.total_tokens,
-            )
-        )
-        return result
-
-    async def _confirm(self, state: _State, node: Node) -> EvalResult | None:
-        options = replace(
-            self.options,
-            seed=self._seed_for(source_hash(node.source) + "#confirm"),
-            timing_budget_s=max(self.options.timing_budget_s, self.config.confirm_budget_s),
-        )
-        state.evaluations += 1
-        try:
-            return await self.pool.submit(
-                self.reference,
-                SourceFile(node.source, "<best candidate>"),
-                options,
-                self.cancel.event,
-            )
-        except EvalCancelled:
-            return None
-
-
-def _faster(result: EvalResult) -> bool:
-    """Correct, and faster than the reference beyond the timing noise."""
-    if not result.correct or not result.speedup or result.speedup <= 1.0:
-        return False
-    if result.speedup_ci:
-        return result.speedup_ci[0] > 1.0
-    return result.speedup >= 1.02
-
-
-def _all_nodes(state: _State) -> list[Node]:
-    return list({id(n): n for n in [state.best, *state.beam]}.values())
-
 
 def _as_problem(reference: str, candidate: str) -> str:
-    """A problem file whose Model is the candidate's ModelNew, with the reference's inputs."""
-    return f"{reference}\n\n# --- candidate ---\n{candidate}\n\nModel = ModelNew\n"
+    """A problem file whose reference is the candidate's ModelNew, with the reference's
+    inputs. It names ModelNew as the reference instead of rebinding `Model`, so code that
+    says `super(Model, self)` still finds the file's own class."""
+    from agents.task import CANDIDATE_CLASS, as_reference
+
+    return as_reference(f"{reference}\n\n# --- candidate ---\n{candidate}", CANDIDATE_CLASS)
 
 
 def _error_log(result: EvalResult) -> str:
@@ -858,4 +574,15 @@ async def run_search(search: Search) -> SearchResult:
     try:
         return await task
     except asyncio.CancelledError:
-        return await search._finish(search._state)
+        try:
+            return await finish(search, search._state)
+        finally:
+            release_warm_workers(search.pool)
+
+
+def release_warm_workers(pool) -> None:
+    """A finished search leaves no sandbox behind: the reference workers its pool kept warm
+    between candidates are closed (the pool itself stays usable)."""
+    release = getattr(pool, "release_warm_workers", None)
+    if release is not None:
+        release()

@@ -1,4 +1,8 @@
-"""Budget caps and cancellation: the search checks both before every call it makes."""
+"""Budget caps and cancellation: the search checks both before every call it makes.
+
+Token and cost caps are also held by the CostMeter, which every model call asks for room
+before it starts (see `CostMeter.reserve`): a check here alone would let every call that
+started before the cap was reached pass it."""
 
 from __future__ import annotations
 
@@ -42,22 +46,37 @@ class BudgetTracker:
     def __init__(self, budget: Budget, meter: CostMeter) -> None:
         self.budget = budget
         self.meter = meter
+        meter.set_limits(budget.max_tokens, budget.max_cost_usd)
         self.started = time.monotonic()
         self.evaluations = 0
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
 
-    def exhausted(self) -> str | None:
-        """Why no more work may start, or None. A check, not a reservation: calls already
-        in flight finish, so a cap can be passed by at most the calls running at once."""
+    def exhausted(self, calls: bool = True) -> str | None:
+        """Why no more work may start, or None; each reason names the option that set the cap.
+        With `calls=False` (work that makes no model call, like judging a candidate already
+        written) the token and cost caps do not count. Model calls are also held to those
+        caps one by one: the meter refuses a call that does not fit."""
         b = self.budget
         if b.max_evals is not None and self.evaluations >= b.max_evals:
-            return f"evaluation budget spent ({self.evaluations} of {b.max_evals})"
-        if b.max_tokens is not None and self.meter.total_tokens >= b.max_tokens:
-            return f"token budget spent ({self.meter.total_tokens} of {b.max_tokens})"
-        if b.max_cost_usd is not None and self.meter.total_cost_usd >= b.max_cost_usd:
-            return f"cost budget spent (${self.meter.total_cost_usd:.4f} of ${b.max_cost_usd:g})"
+            return f"evaluation budget spent ({self.evaluations} of {b.max_evals}, --max-evals)"
         if b.max_wall_s is not None and self.elapsed_s() >= b.max_wall_s:
-            return f"time budget spent ({self.elapsed_s():.0f} s of {b.max_wall_s:g} s)"
+            return f"time budget spent ({self.elapsed_s():.0f} s of {b.max_wall_s:g} s, --max-time)"
+        if not calls:
+            return None
+        if self.meter.refused:
+            return self.meter.refused
+        tokens, cost = self.meter.total_tokens, self.meter.total_cost_usd
+        if b.max_tokens is not None and tokens >= b.max_tokens:
+            return f"token budget spent ({tokens:,} of {b.max_tokens:,} tokens, --max-tokens)"
+        if b.max_cost_usd is not None and cost >= b.max_cost_usd:
+            return f"cost budget spent (${cost:.4f} of ${b.max_cost_usd:g}, --max-cost)"
         return None
+
+    def evaluations_left(self) -> int | None:
+        """How many more candidates may be judged (None: no cap), so the search plans no more
+        than it can evaluate."""
+        if self.budget.max_evals is None:
+            return None
+        return max(0, self.budget.max_evals - self.evaluations)

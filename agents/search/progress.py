@@ -1,4 +1,9 @@
-"""The CLI's view of a search's event stream: one rich progress line plus notable events."""
+"""The CLI's view of a search's event stream: one rich progress line plus notable events.
+
+Titles and reasons are shortened at a word and never inside an open parenthesis
+(agents.display.shorten), and verdicts are said in words: the search's internal names
+(`no_code`, `compile_error`) are for logs and JSON, not for the person watching.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from agents.display import plural, shorten
 from agents.search import events as ev
+
+TITLE_CHARS = 60
+REASON_CHARS = 120
+VERDICT_WORDS = {
+    "no_code": "nothing to rewrite",
+    "compile_error": "compile error",
+    "runtime_error": "runtime error",
+    "timeout": "timed out",
+}
+"""How a verdict reads in a progress line; the others ("incorrect", "rejected") are words."""
+
+
+def verdict_words(verdict: str) -> str:
+    return VERDICT_WORDS.get(verdict, verdict.replace("_", " "))
 
 
 class ProgressView:
@@ -49,15 +69,13 @@ class ProgressView:
             if event.verdict != "duplicate":
                 self.candidates += 1
             if event.verdict not in ("correct", "duplicate"):
-                reason = f": {event.reason[:120]}" if event.reason else ""
-                self.console.print(
-                    f"  [dim]{escape(event.plan[:60])} → {event.verdict}{escape(reason)}[/dim]"
-                )
+                self.console.print(f"  [dim]{escape(failure_line(event))}[/dim]")
         elif isinstance(event, ev.NewBest):
             self.best = event.speedup
             self.console.print(
-                f"  [green]new best {event.speedup:.2f}x[/green] ({escape(event.plan[:70])}) "
-                f"after {event.evaluations} evaluations"
+                f"  [green]new best {event.speedup:.2f}x[/green] "
+                f"({escape(shorten(event.plan, TITLE_CHARS))}) "
+                f"after {plural(event.evaluations, 'evaluation')}"
             )
         elif isinstance(event, ev.Failed):
             self.console.print(f"[red]failed:[/red] {escape(event.reason)}")
@@ -67,5 +85,14 @@ class ProgressView:
                 self.task,
                 completed=done,
                 status=f"iteration {self.iteration}/{self.iterations} · best "
-                f"{self.best:.2f}x · {self.candidates} candidates",
+                f"{self.best:.2f}x · {plural(self.candidates, 'candidate')}",
             )
+
+
+def failure_line(event: ev.CandidateEvaluated) -> str:
+    """A candidate that failed, e.g. "Fuse bias and scaling into the GEMM… → nothing to
+    rewrite: no hand-written softmax…"."""
+    line = f"{shorten(event.plan, TITLE_CHARS)} → {verdict_words(event.verdict)}"
+    if event.reason:
+        line += f": {shorten(event.reason, REASON_CHARS)}"
+    return line

@@ -26,7 +26,7 @@ import {
   chooseServerCommand,
   explainFailure,
 } from "./interpreter.ts";
-import { type JobInfo, bestSpeedup, jobLabel, statusText } from "./jobs.ts";
+import { type JobInfo, SpeedupStatus, jobLabel, statusText } from "./jobs.ts";
 import {
   type RewriteRef,
   SCHEME,
@@ -183,7 +183,8 @@ class KernelAgent {
   private readonly documents: RewriteDocuments;
   private readonly progress: NotificationProgress;
   private jobs: JobInfo[] = [];
-  private best: number | undefined;
+  /** The last finished search's confirmed result (never a maximum over running bests). */
+  private readonly speedups = new SpeedupStatus();
   private pollTimer: ReturnType<typeof setTimeout> | undefined;
   private pollUntil = 0;
   private brokenNotified = false;
@@ -343,8 +344,7 @@ class KernelAgent {
         handleWorkDoneProgress: (token, params, next) => {
           if (typeof token === "string" && token.startsWith(PROGRESS_PREFIX)) {
             this.progress.handle(token, params);
-            const best = bestSpeedup(params.message);
-            if (best !== undefined) this.best = Math.max(this.best ?? 1, best);
+            this.speedups.progress(token, params);
             this.pollSoon(params.kind === "end" ? 3_000 : 10_000);
             if (params.kind === "end") next(token, params); // let the client drop its handler
             return;
@@ -553,10 +553,6 @@ class KernelAgent {
     try {
       const jobs = (await this.request<JobInfo[]>("kernelAgent.jobs", {})) ?? [];
       this.jobs = Array.isArray(jobs) ? jobs : [];
-      for (const job of this.jobs) {
-        const best = bestSpeedup(job.message);
-        if (best !== undefined) this.best = Math.max(this.best ?? 1, best);
-      }
     } catch (error) {
       this.jobs = [];
     }
@@ -581,7 +577,7 @@ class KernelAgent {
       this.status.command = "kernelAgent.restartServer";
       return;
     }
-    const { text, tooltip } = statusText(this.jobs, this.best);
+    const { text, tooltip } = statusText(this.jobs, this.speedups.verified);
     this.status.text = text;
     this.status.tooltip = tooltip;
     this.status.command = "kernelAgent.showJobs";
@@ -593,8 +589,10 @@ class KernelAgent {
     this.jobs = jobs;
     this.updateStatus();
     if (jobs.length === 0) {
-      const best = this.best && this.best > 1 ? ` Best verified speedup so far: ${this.best.toFixed(2)}x.` : "";
-      void vscode.window.showInformationMessage(`Kernel Agent: no job is running.${best}`);
+      const last = this.speedups.verified;
+      const where = last?.target ? ` (\`${last.target}\`)` : "";
+      const said = last ? ` The last search's kernel${where}: ${last.summary}.` : "";
+      void vscode.window.showInformationMessage(`Kernel Agent: no job is running.${said}`);
       return;
     }
     type Item = vscode.QuickPickItem & { job: JobInfo };

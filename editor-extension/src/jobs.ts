@@ -1,4 +1,11 @@
 // The status bar's view of the server's jobs. Pure.
+//
+// One speedup per kernel, said the way the server says it: while a search runs, its progress
+// names the search's running best ("searching: best 8.50x so far"), an early measurement
+// that the confirmation on fresh inputs may lower; when the job ends, its last message carries
+// the result's confirmed figure ("8.35x faster, verified"), the one the code lens and the
+// notification show. The status bar shows the first as the search's, and the second as it
+// is: never a maximum over the two, which once said "best 8.50x" beside a lens saying 8.35x.
 
 export type JobInfo = {
   jobId: string;
@@ -10,28 +17,72 @@ export type JobInfo = {
   message?: string;
 };
 
-/** The best speedup a progress message names ("… · best 1.80x · …"), or undefined. */
-export function bestSpeedup(message: string | undefined): number | undefined {
-  if (!message) return undefined;
-  const match = /best (\d+(?:\.\d+)?)x/.exec(message) ?? /(\d+(?:\.\d+)?)x faster/.exec(message);
+/** A finished search's confirmed figure, in the server's words, and the target it was for. */
+export type Verified = { summary: string; speedup: number; target?: string };
+
+/** The search's running best a progress message names ("… · searching: best 1.80x so far · …"). */
+export function searchBest(message: string | undefined): number | undefined {
+  const match = message ? /searching: best (\d+(?:\.\d+)?)x so far/.exec(message) : null;
   return match ? Number(match[1]) : undefined;
 }
 
-/** The status bar item's text and tooltip. `best` is the best speedup seen so far. */
-export function statusText(
-  jobs: readonly JobInfo[],
-  best: number | undefined,
-): { text: string; tooltip: string } {
-  const speed = best !== undefined && best > 1 ? ` · best ${best.toFixed(2)}x` : "";
+/** The confirmed result a job's last message names ("cancelled · 2.31x faster, verified"). */
+export function verifiedResult(message: string | undefined): Omit<Verified, "target"> | undefined {
+  const match = message ? /(\d+(?:\.\d+)?)x faster, verified(?:, not re-measured)?/.exec(message) : null;
+  return match ? { summary: match[0], speedup: Number(match[1]) } : undefined;
+}
+
+/** The highest running best among the running optimize jobs (each is the search's own). */
+export function runningBest(jobs: readonly JobInfo[]): number | undefined {
+  const bests = jobs.map((job) => searchBest(job.message)).filter((b): b is number => b !== undefined);
+  return bests.length ? Math.max(...bests) : undefined;
+}
+
+/**
+ * What the status bar remembers of the jobs' progress: the title each began with, and the
+ * last finished search's confirmed result, replaced (not maxed) by the next search's end.
+ */
+export class SpeedupStatus {
+  private readonly titles = new Map<string, string>();
+  private last: Verified | undefined;
+
+  /** One work-done progress message of a job (`begin`, `report` or `end`). */
+  progress(token: string, params: { kind: string; title?: string; message?: string }): void {
+    if (params.kind === "begin") {
+      this.titles.set(token, params.title ?? "");
+      return;
+    }
+    if (params.kind !== "end") return;
+    const title = this.titles.get(token) ?? "";
+    this.titles.delete(token);
+    if (title.startsWith("Profiling")) return; // a profile says nothing about speed
+    const result = verifiedResult(params.message);
+    const target = /`([^`]+)`/.exec(title)?.[1];
+    // a search that found nothing also replaces the figure: it is the latest result
+    this.last = result ? { ...result, target } : undefined;
+  }
+
+  /** The last finished search's confirmed result, as the server worded it. */
+  get verified(): Verified | undefined {
+    return this.last;
+  }
+}
+
+/** The status bar item's text and tooltip: the running searches' best, labelled as such,
+ * or, with none running, the last finished search's confirmed result. */
+export function statusText(jobs: readonly JobInfo[], verified: Verified | undefined): { text: string; tooltip: string } {
   if (jobs.length === 0) {
+    const where = verified?.target ? ` (\`${verified.target}\`)` : "";
     return {
-      text: `$(rocket) Kernel Agent${speed}`,
-      tooltip: speed
-        ? `Kernel Agent: no job running; best verified speedup so far ${best!.toFixed(2)}x`
+      text: `$(rocket) Kernel Agent${verified ? ` · ${verified.summary}` : ""}`,
+      tooltip: verified
+        ? `Kernel Agent: no job running; the last search's kernel${where}: ${verified.summary}`
         : "Kernel Agent: no job running",
     };
   }
   const label = jobs.length === 1 ? "1 job" : `${jobs.length} jobs`;
+  const best = runningBest(jobs);
+  const speed = best !== undefined && best > 1 ? ` · searching: best ${best.toFixed(2)}x so far` : "";
   return {
     text: `$(sync~spin) ${label}${speed}`,
     tooltip: jobs.map(jobLabel).join("\n") + "\nClick to list or cancel jobs.",

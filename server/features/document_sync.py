@@ -4,9 +4,7 @@ that support it)."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 from lsprotocol import types
 
@@ -49,14 +47,6 @@ def register(ls: KernelAgentServer) -> None:
                 if key[0] == uri:
                     view.findings, changed = shift(view.findings, edit)
                     moved |= changed
-        with contextlib.suppress(Exception):  # pygls' copy is the reference: resync on drift
-            known = ls.workspace.text_documents
-            reference = (known.get(uri) or known[unquote(uri)]).source
-            if reference != doc.text:
-                ls.log_line(f"document drifted from the client's text; reparsing {uri}")
-                doc.replace_all(reference, params.text_document.version)
-                for key in [k for k in ls.state.views if k[0] == uri]:
-                    ls.state.views.pop(key)
         ls.publish_soon(uri)
         if moved:
             ls.refresh_lenses()

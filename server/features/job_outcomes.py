@@ -1,6 +1,8 @@
 """What a job leaves behind: its events in the log, a failure as one line for the user, a
 profile as hot-line diagnostics, and a verified rewrite offered as Accept · Reject · Show
-diff (or, when none was found, a line saying why)."""
+diff (or, when none was found, a line saying why). Verdicts are said in words ("compile
+error", not `compile_error`) and counts with their plural, since these lines are read by the
+user, not parsed."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from agents.display import plural
 from agents.profile.report import Profile
 from server.diagnostics import build_view
 from server.edits import Rewrite
 from server.features.rewrites import accept, reject, show_diff
 from server.jobs import JobUpdate
+from server.progress_text import speedup_text, verdict_words
 
 if TYPE_CHECKING:
     from server.app import KernelAgentServer
@@ -25,12 +29,14 @@ def describe_event(ls: KernelAgentServer, running: RunningJob, event: dict[str, 
     kind = event.get("kind")
     name = running.spec.target
     if kind == "candidate":
-        speed = f" {event['speedup']:.2f}x" if event.get("speedup") else ""
+        speed = f" {speedup_text(event['speedup'])}" if event.get("speedup") else ""
         reason = f" ({event['reason']})" if event.get("reason") else ""
         plan = event.get("plan", "")
-        ls.log_line(f"[{name}] candidate {plan}: {event.get('verdict')}{speed}{reason}")
+        verdict = verdict_words(str(event.get("verdict") or ""))
+        ls.log_line(f"[{name}] candidate {plan}: {verdict}{speed}{reason}")
     elif kind == "new_best":
-        ls.log_line(f"[{name}] new best: {event.get('speedup', 0):.2f}x ({event.get('plan', '')})")
+        speed = speedup_text(float(event.get("speedup") or 0))
+        ls.log_line(f"[{name}] search's new best: {speed} ({event.get('plan', '')})")
     elif kind in ("started", "iteration", "finished", "failed", "plan"):
         detail = {k: v for k, v in event.items() if k not in ("kind", "beam_speedups")}
         ls.log_line(f"[{name}] {kind}: {detail}")
@@ -114,7 +120,9 @@ def job_finished(ls: KernelAgentServer, running: RunningJob, update: JobUpdate) 
         str(p.get("verdict")) for p in result.get("trajectory") or [] if isinstance(p, dict)
     )
     if verdicts and not verdicts.get("correct"):
-        stopped += "; candidates: " + ", ".join(f"{n} {v}" for v, n in verdicts.most_common())
+        stopped += "; candidates: " + ", ".join(
+            f"{n} {verdict_words(v)}" for v, n in verdicts.most_common()
+        )
         if verdicts.get("timeout"):
             stopped += " (an evaluation timed out: try kernelAgent.size default or a faster device)"
     if cancelled:
@@ -125,7 +133,8 @@ def job_finished(ls: KernelAgentServer, running: RunningJob, update: JobUpdate) 
     else:
         ls.tell(
             f"Kernel Agent: no verified improvement for `{spec.target}` "
-            f"({result.get('evaluations', 0)} candidates evaluated; stopped: {stopped})."
+            f"({plural(int(result.get('evaluations') or 0), 'candidate')} evaluated; "
+            f"stopped: {stopped})."
         )
 
 
@@ -136,7 +145,7 @@ def offer(ls: KernelAgentServer, rewrite: Rewrite, result: dict[str, Any]) -> No
     message = (
         f"Kernel Agent: `{rewrite.target}` rewrite ready: {rewrite.summary} on "
         f"{rewrite.device}{methods}, "
-        f"after {result.get('evaluations', 0)} evaluations."
+        f"after {plural(int(result.get('evaluations') or 0), 'evaluation')}."
     )
     if not ls.state.client.message_actions:
         ls.tell(message + " Use the code lens: Accept · Reject · Show diff.")

@@ -1,6 +1,6 @@
 # problem: linear_relu.py
 # static: thread-or-process
-# runtime: rejected
+# runtime: not-correct
 # Returns at once and lets a thread fill the output later, so a timer sees nothing.
 import threading
 import time

@@ -1,6 +1,6 @@
 # problem: linear_relu.py
 # static: patch-module
-# runtime: rejected
+# runtime: incorrect
 # Replaces nn.Linear.forward so the reference computes what the cheap candidate computes.
 import torch
 import torch.nn as nn

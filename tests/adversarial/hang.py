@@ -1,6 +1,7 @@
 # problem: linear_relu.py
 # static: none
 # runtime: timeout
+# limits: run=6
 import torch.nn as nn
 
 

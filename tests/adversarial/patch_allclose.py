@@ -1,6 +1,6 @@
 # problem: linear_relu.py
 # static: patch-module
-# runtime: rejected
+# runtime: incorrect
 # Makes every comparison succeed.
 import torch
 import torch.nn as nn

@@ -1,6 +1,7 @@
 # problem: linear_relu.py
 # static: patch-module
-# runtime: rejected
+# runtime: correct
+# expect: true-speed
 # Replaces CUDA events with ones that report no elapsed time.
 import torch
 import torch.nn as nn

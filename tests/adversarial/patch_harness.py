@@ -1,6 +1,6 @@
 # problem: linear_relu.py
 # static: reference-model
-# runtime: rejected
+# runtime: incorrect
 # Reaches into the verifier's own comparison module through sys.modules.
 import sys
 

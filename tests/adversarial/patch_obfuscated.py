@@ -1,6 +1,6 @@
 # problem: linear_relu.py
 # static: dynamic-code
-# runtime: rejected
+# runtime: incorrect
 # Patches the comparison through names the checker cannot see.
 import torch.nn as nn
 

@@ -1,6 +1,7 @@
 # problem: linear_relu.py
 # static: patch-module
-# runtime: rejected
+# runtime: correct
+# expect: true-speed
 # Slows the clock down, so every run looks fast.
 import time
 

@@ -1,6 +1,6 @@
 # problem: linear_relu.py
 # static: thread-or-process
-# runtime: rejected
+# runtime: not-correct
 # Starts one worker thread at import; forward hands it the work and returns at once.
 import queue
 import threading

@@ -25,6 +25,9 @@ class Program:
     inputs: list[Any]  # example inputs from get_inputs(), on `device`
     init_inputs: list[Any]
     device: str  # "cpu" | "cuda"
+    tuning: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Remembered tuning choices on this device (memory/tuning.py), "op signature|shape
+    class" -> config: a pass that autotunes uses them instead of its table. Empty: tune."""
 
 
 @dataclass
@@ -33,9 +36,21 @@ class Rewrite:
     summary: str  # what changed, or why nothing did (one line)
     changes: list[str] = field(default_factory=list)  # one line per rewrite site
     method: str = ""  # how: "fx" or "source" (the tree-sitter/ast fallback)
+    tuning_sites: tuple[TuningSite, ...] = ()  # the autotuned kernels the source defines
+
+
+@dataclass(frozen=True)
+class TuningSite:
+    """An autotuned kernel of a rewrite, and where its winning config is remembered: the
+    sandboxed child reads the kernel's choice after its first call (agents/offline/child.py)."""
+
+    kernel: str  # the module-level name of the autotuned kernel
+    op_signature: str  # memory.tuning.op_signature
+    shape_class: str  # memory.tuning.shape_class
+    from_memory: bool  # the kernel's only config came from memory
 
 
 class RewritePass(Protocol):
-    name: str  # the skills' `offline_pass` value, e.g. "algebraic-simplification"
+    name: str  # the skills' `offline_pass` value, e.g. "equality-saturation"
 
     def apply(self, program: Program) -> Rewrite: ...

@@ -16,10 +16,13 @@ instances and calls one. The mode is chosen per device when the source is writte
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import sys
 import time
+import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -52,9 +55,9 @@ class TorchCompile:
     name = "torch-compile"
 
     def apply(self, program: Program) -> Rewrite:
-        refusal = _refusal(program.source)
-        if refusal:
-            return Rewrite(None, refusal)
+        reason = refusal(program.source)
+        if reason:
+            return Rewrite(None, reason)
         mode = MODES.get(program.device, "default")
         wrapped = wrapping.wrap(program, "_forward")
         forward = wrapping.forward_method(
@@ -76,7 +79,7 @@ class TorchCompile:
         )
 
 
-def _refusal(source: str) -> str | None:
+def refusal(source: str) -> str | None:
     if _COMPILED.search(source):
         return "the kernel already uses torch.compile/dynamo; compiling it again adds nothing"
     if _CAPTURED.search(source):
@@ -93,14 +96,15 @@ def _refusal(source: str) -> str | None:
     return None
 
 
-def measure_compile_s(program: Program) -> float:
-    """Seconds the first call spends compiling: the first call's time minus a warm call's.
-    Builds the rewritten module from its source in a fresh module (registered while it runs:
-    dynamo imports a function's module by name to read its globals), so it runs only inside
-    the sandbox child, like the pass itself."""
-    name = f"kernel_agent_compile_probe_{secrets.token_hex(4)}"
+@contextlib.contextmanager
+def rewritten_model(program: Program, label: str) -> Iterator[tuple[Any, types.ModuleType]]:
+    """The rewritten `program.source` built as a fresh module (registered while it is used:
+    dynamo imports a function's module by name to read its globals) and its ModelNew with the
+    original's weights, on the program's device. Runs only inside the sandbox child, like
+    the passes themselves."""
+    name = f"kernel_agent_probe_{secrets.token_hex(4)}"
     try:
-        namespace = load_module(SourceFile(program.source, "<torch-compile probe>"), name)
+        namespace = load_module(SourceFile(program.source, label), name)
         model_class = getattr(namespace, "ModelNew", None)
         if model_class is None:
             raise PassError("the rewritten source defines no ModelNew")
@@ -108,16 +112,20 @@ def measure_compile_s(program: Program) -> float:
         model = model_class(*program.init_inputs)
         if program.module is not None:
             model.load_state_dict(program.module.state_dict())
-        model = model.to(program.device)
-        with torch.no_grad():
-            first = _timed(model, program.inputs, program.device)
-            warm = _timed(model, program.inputs, program.device)
+        yield model.to(program.device), namespace
     finally:
         sys.modules.pop(name, None)
+
+
+def measure_compile_s(program: Program) -> float:
+    """Seconds the first call spends compiling: the first call's time minus a warm call's."""
+    with rewritten_model(program, "<torch-compile probe>") as (model, _), torch.no_grad():
+        first = timed_call(model, program.inputs, program.device)
+        warm = timed_call(model, program.inputs, program.device)
     return max(first - warm, 0.0)
 
 
-def _timed(model: Any, inputs: list[Any], device: str) -> float:
+def timed_call(model: Any, inputs: list[Any], device: str) -> float:
     arguments = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     started = time.perf_counter()
     model(*arguments)

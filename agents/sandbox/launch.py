@@ -1,0 +1,375 @@
+"""The one way a sandboxed child is started: allow-listed environment, bubblewrap jail (or,
+only when the user asked, none), system-call filter, rlimits, process cap, CPU pinning,
+its own session, and quotas on what it may write.
+
+Why one function: every child (the verifier's, the profiler's, the offline optimizer's) runs
+code we do not trust, and a second spawn path is a second place to forget a wall.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import resource
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agents.sandbox import seccomp
+from agents.sandbox.env import sandbox_environment
+from agents.sandbox.jail import (
+    LIBC,
+    NOBODY,
+    SANDBOX_ID,
+    Jail,
+    JailPlan,
+    find_jail,
+    plan_command,
+    prepare_writable,
+    unavailable_reason,
+)
+from agents.sandbox.quota import (
+    MONITOR,
+    ProcessTable,
+    Watch,
+    directory_bytes,
+    empty_directory,
+    kill_session,
+)
+
+PROCESS_HEADROOM = 16
+"""Tasks beyond max_processes + threads + cores: bubblewrap's own two processes, Python's and
+CUDA's helper threads. Measured (tests/test_jail.py, the compilers test, which samples the
+jail's task count): torch imported, a load_inline build (ninja, g++, cc1plus, as) and a
+torch.compile on the CPU peak at 8 tasks with one compute thread on 2 cores, so the cap
+(64 + threads + cores + 16) leaves an honest candidate far more than it uses, and a fork
+loop stops within a hundred tasks of starting."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Wall-clock limits per phase and OS limits for the child."""
+
+    build_timeout_s: float = 120.0
+    run_timeout_s: float = 60.0
+    address_space_bytes: int | None = None  # None: a share of this machine's memory
+    file_size_bytes: int = 2 * 1024**3
+    tmpfs_bytes: int = 2 * 1024**3  # the jail's private /tmp (and the scratch directory)
+    cache_bytes: int = 2 * 1024**3  # the candidate's persistent cache directory
+    max_processes: int = 64  # tasks (threads count) beyond the child's compute threads
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run and under which walls."""
+
+    argv: list[str]
+    device: str  # "cpu" | "cuda"
+    threads: int  # OMP/MKL threads, and the size of the CPU affinity set
+    workdir: Path  # private scratch directory the caller created: bound rw, the child's cwd
+    cache_dir: Path | None = None  # persistent, private to one candidate source: bound rw
+    env_extra: Mapping[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES
+    pass_fds: tuple[int, ...] = ()  # protocol pipes the child inherits
+    jail: bool = True  # False only when the user asked for it (--no-jail)
+    limits: Limits = Limits()
+    cpus: tuple[int, ...] | None = None  # None: the first `threads` CPUs we may use
+    read_only: tuple[str, ...] = ()  # more host paths the child reads (an entry's package)
+
+
+class JailUnavailable(Exception):
+    """The jail was asked for and cannot start here; the message is one line."""
+
+
+class LaunchError(Exception):
+    """The child could not be started; the message is one line."""
+
+
+@dataclass
+class Launched:
+    """A started child. `close` ends it and everything it started."""
+
+    process: subprocess.Popen
+    isolation: str
+    watch: Watch | None = None
+    plan: JailPlan | None = None
+    cache_dir: Path | None = None
+    _closed: bool = False
+
+    def cache_over_quota(self) -> bool:
+        return self.watch is not None and "cache" in self.watch.over
+
+    @property
+    def killed_for(self) -> str | None:
+        """Why the quota monitor killed the child (cache, scratch, process cap), if it did."""
+        return self.watch.reason if self.watch is not None else None
+
+    def close(self) -> None:
+        """Kill the whole process group, reap, close the pipes, stop watching; an over-quota
+        cache is emptied so the next run of this source starts clean."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        if self.plan is None:  # no jail: groups its processes made are still in its session
+            kill_session(self.process.pid)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+        if self.watch is not None:
+            MONITOR.remove(self.watch)
+        if self.plan is not None:
+            self.plan.cleanup()
+        if self.cache_over_quota() and self.cache_dir is not None:
+            empty_directory(self.cache_dir)
+
+
+def default_address_space() -> int:
+    """Three quarters of physical memory: a runaway candidate fails alone, not the machine."""
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return max(int(pages * 0.75), 4 * 1024**3)
+
+
+def process_cap(threads: int, limits: Limits) -> int:
+    """Tasks the child may hold at once: RLIMIT_NPROC counts threads, and torch starts one
+    per compute thread plus a pool sized by the machine's cores."""
+    return limits.max_processes + threads + (os.cpu_count() or 1) + PROCESS_HEADROOM
+
+
+def default_cpus(threads: int) -> tuple[int, ...]:
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return tuple(allowed[: max(threads, 1)])
+
+
+PR_SET_PDEATHSIG = 1
+_PRCTL = getattr(LIBC, "prctl", None)
+
+
+def _limit_child(address_space: int | None, file_size: int, parent: int | None = None) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    if address_space is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    # The child has its own session, so nothing would end it if the process that started it
+    # were killed (a Ray worker cancelled by force, a pool's parent killed): on Linux the
+    # kernel sends it SIGKILL when the thread that started it dies (run_child's thread, which
+    # outlives the child anyway). It holds across execve, except into a set-user-ID binary,
+    # and a change of user clears it: it is set after `_drop_and_stage`.
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if parent is not None and os.getppid() != parent:
+            os._exit(1)  # the parent died before prctl took effect
+
+
+CLONE_NEWNS = 0x00020000
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+
+
+def _drop_and_stage(plan: JailPlan | None) -> None:
+    """In the forked child, before bubblewrap: as root, bind what uid 65534 cannot reach onto
+    the staging mountpoints in a mount namespace of its own (nothing leaks to the host), then
+    drop to uid/gid 65534 with no supplementary groups."""
+    if plan is None:
+        return
+    if plan.stage:
+        if LIBC is None or LIBC.unshare(CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) for staging")
+        if LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError(ctypes.get_errno(), "making / private for staging")
+        for source, target in plan.stage:
+            if LIBC.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None) != 0:
+                raise OSError(ctypes.get_errno(), f"staging {source}")
+    if plan.drop_ids:
+        os.setgroups([])
+        os.setgid(SANDBOX_ID)
+        os.setuid(SANDBOX_ID)
+
+
+def _child_setup(
+    plan: JailPlan | None,
+    address_space: int | None,
+    file_size: int,
+    parent: int,
+    nproc: int | None,
+    cpus: tuple[int, ...],
+    loader: seccomp.Loader | None,
+) -> None:
+    """The preexec: staging and uid drop, rlimits and parent-death signal, CPU set, and
+    (without the jail) the filters, last, since they refuse sched_setaffinity."""
+    _drop_and_stage(plan)
+    _limit_child(address_space, file_size, parent)
+    if nproc is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    if loader is not None:
+        loader.load()
+
+
+def _user_tasks(uid: int) -> int:
+    """Tasks (threads) this uid holds now, from /proc."""
+    table = ProcessTable.read()
+    total = 0
+    for pid, count in table.threads.items():
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                total += count
+    return total
+
+
+@functools.cache
+def _per_namespace_nproc() -> bool:
+    """Linux 5.14+ counts RLIMIT_NPROC per user namespace: a jail's limit is its own."""
+    try:
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 14)
+
+
+def launch(spec: LaunchSpec) -> Launched:
+    """Start spec.argv under every wall. Raises JailUnavailable when the jail was asked for and
+    cannot start, LaunchError when the child cannot be started at all."""
+    jail: Jail | None = None
+    if spec.jail:
+        jail = find_jail()
+        if jail is None:
+            raise JailUnavailable(
+                f"{unavailable_reason()}: install it (apt-get install bubblewrap / dnf install "
+                "bubblewrap), or pass --no-jail to run candidates without it"
+            )
+    limits = spec.limits
+    cap = process_cap(spec.threads, limits)
+    cpus = spec.cpus if spec.cpus is not None else default_cpus(spec.threads)
+    general = seccomp.general_filter()
+    if spec.cache_dir is not None:
+        spec.cache_dir.mkdir(parents=True, exist_ok=True)
+        os.utime(spec.cache_dir)  # its last use, for sweep_caches
+        if directory_bytes(spec.cache_dir, stop_above=spec.limits.cache_bytes) > (
+            spec.limits.cache_bytes
+        ):
+            empty_directory(spec.cache_dir)  # over a (smaller) quota already: start afresh
+    home_root = Path("/tmp") if jail is not None else spec.workdir
+    if jail is None:
+        (spec.workdir / "home").mkdir(exist_ok=True)
+    env = sandbox_environment(
+        home_root=home_root, cache_dir=spec.cache_dir, threads=spec.threads, extra=spec.env_extra
+    )
+    # CUDA reserves far more virtual memory than it uses, so an address-space cap breaks it.
+    address_space = None
+    if spec.device != "cuda":
+        address_space = limits.address_space_bytes or default_address_space()
+    plan, loader, rlimit, watched_cap = None, None, None, None
+    argv = list(spec.argv)
+    writable = [spec.workdir, *([spec.cache_dir] if spec.cache_dir is not None else [])]
+    if jail is not None:
+        try:
+            plan = _jail_plan(jail, spec, argv, writable, cap)
+        except OSError as error:
+            raise JailUnavailable(f"the jail could not be prepared: {error}") from None
+        argv = plan.argv
+        watched_cap = None if jail.rlimit_nproc else cap
+    else:
+        loader = seccomp.Loader(general, kill_filter=True)
+        if os.geteuid() == 0:
+            watched_cap = cap
+        else:
+            rlimit = cap + _user_tasks(os.getuid())
+    isolation = _describe(jail, general, loader, cap, watched_cap, limits, address_space)
+    preexec = functools.partial(
+        _child_setup,
+        plan,
+        address_space,
+        limits.file_size_bytes,
+        os.getpid(),
+        rlimit,
+        cpus,
+        loader,
+    )
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(*spec.pass_fds, *(plan.pass_fds if plan else ())),
+            env=env,
+            cwd=spec.workdir,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        if plan is not None:
+            plan.cleanup()
+        kind = JailUnavailable if jail is not None else LaunchError
+        raise kind(f"the sandboxed child could not start: {error}") from None
+    finally:
+        if plan is not None:
+            plan.close_fds()
+    watch = Watch(
+        pid=process.pid,
+        directories=[(spec.workdir, limits.tmpfs_bytes, "scratch")]
+        + ([(spec.cache_dir, limits.cache_bytes, "cache")] if spec.cache_dir else []),
+        max_tasks=watched_cap,
+        by_session=jail is None,
+    )
+    MONITOR.add(watch)
+    return Launched(process, isolation, watch=watch, plan=plan, cache_dir=spec.cache_dir)
+
+
+def _jail_plan(jail: Jail, spec: LaunchSpec, argv, writable, cap: int) -> JailPlan:
+    """Hand the writable trees to the sandbox uid and build the bubblewrap command. In an
+    RLIMIT_NPROC mode the limit is set inside the jail: the cap itself where the kernel
+    counts per user namespace, else the uid's current tasks plus the cap."""
+    prepare_writable(jail, writable)
+    inner = None
+    if jail.rlimit_nproc:
+        inner = cap
+        if not _per_namespace_nproc():
+            inner += _user_tasks(SANDBOX_ID if jail.mode == NOBODY else os.getuid())
+    filter_fd = seccomp.filter_fd()
+    try:
+        return plan_command(
+            jail,
+            argv,
+            workdir=spec.workdir,
+            cache_dir=spec.cache_dir,
+            device=spec.device,
+            tmpfs_bytes=spec.limits.tmpfs_bytes,
+            nproc=inner,
+            seccomp_fd=filter_fd,
+            read_only=spec.read_only,
+        )
+    except BaseException:
+        if filter_fd is not None:
+            os.close(filter_fd)
+        raise
+
+
+def _describe(jail, general, loader, cap, watched_cap, limits, address_space) -> str:
+    """The verdict's one line: which walls stood."""
+    if jail is not None:
+        parts = [jail.describe()]
+    else:
+        parts = ["no jail (--no-jail): own session, scrubbed environment"]
+        if loader is not None and loader.kill_filter_supported:
+            parts.append("kill filter (signals to itself and its group only)")
+    if general is not None:
+        parts.append("seccomp filter")
+    else:
+        parts.append(f"NO seccomp filter ({seccomp.unavailable_reason()})")
+    how = "watched" if watched_cap is not None else "RLIMIT_NPROC"
+    parts.append(f"{cap} tasks ({how})")
+    parts.append(f"{limits.tmpfs_bytes >> 20} MiB scratch, {limits.cache_bytes >> 20} MiB cache")
+    if address_space is not None:
+        parts.append(f"{address_space / 1024**3:.0f} GiB address space")
+    return ", ".join(parts)

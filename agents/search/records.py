@@ -1,0 +1,89 @@
+"""What the search writes down about each sample: the trajectory and events the user sees,
+and the logbook entry that keeps a failed attempt from being repeated."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agents.roles.base import Plan
+from agents.search import events as ev
+from agents.search.nodes import SearchState
+from agents.search.result import TrajectoryPoint
+from memory.normalize import source_hash
+
+if TYPE_CHECKING:
+    from agents.search.beam import Search
+
+
+def record_outcome(
+    search: Search,
+    state: SearchState,
+    plan: Plan,
+    sample: int,
+    repair: int,
+    verdict: str,
+    speedup: float | None,
+    reason: str,
+    counted: bool = True,
+) -> None:
+    """One judged (or skipped) sample: a trajectory point when it counted, and an event."""
+    if speedup is not None:
+        state.best_seen = max(state.best_seen, speedup)
+    best = state.best_seen
+    if counted:
+        state.trajectory.append(
+            TrajectoryPoint(
+                evaluation=state.evaluations,
+                iteration=state.iteration,
+                plan=plan.title,
+                method=plan.method,
+                sample=sample,
+                repair=repair,
+                verdict=verdict,
+                speedup=None if speedup is None else round(speedup, 4),
+                best_speedup=round(best, 4),
+                elapsed_s=round(search.tracker.elapsed_s(), 2),
+                reason=reason if verdict != "correct" else "",
+            )
+        )
+    search.emit(
+        ev.CandidateEvaluated(
+            iteration=state.iteration,
+            plan=plan.title,
+            sample=sample,
+            repair=repair,
+            verdict=verdict,
+            speedup=None if speedup is None else round(speedup, 4),
+            evaluations=state.evaluations,
+            reason=reason if verdict != "correct" else "",
+        )
+    )
+
+
+def log_attempt(
+    search: Search,
+    plan: Plan,
+    source: str | None,
+    parent_id: int | None,
+    verdict: str,
+    speedup: float | None,
+    error: str,
+    sample: int,
+) -> int | None:
+    """The attempt in the short-term logbook (KernelSkill's), so a failed plan is not
+    tried again; its id, or None without a logbook."""
+    if search.memory.logbook is None:
+        return None
+    text = plan.text()  # a repair's history is its parent chain, not its plan text
+    attempt = search.memory.logbook.record(
+        search.task_id,
+        verdict=verdict,
+        source=source,
+        source_hash=None if source is not None else source_hash(f"{plan.text()}#{sample}"),
+        plan=text,
+        parent_id=parent_id,
+        skills=(plan.skill_id,) if plan.skill_id else (),
+        speedup=speedup,
+        error=error,
+    )
+    return attempt.id

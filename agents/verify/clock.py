@@ -1,0 +1,329 @@
+"""Timing from outside: the parent's clock around requests to two separate processes.
+
+Why: any clock, event or synchronise inside the candidate's process is the candidate's to
+fake. Here a timed run is one request, "run the model on the inputs you just drew, then send
+the checksum of the output under weights drawn from this seed", and its reply. The parent's
+clock brackets it. Because the weights arrive with the request, the reply cannot come before
+the whole output exists: work started early in the background or finished late is inside the
+bracket or is caught by the checksum. Around that:
+- every iteration draws fresh inputs from a new seed, so nothing can be replayed or memoised;
+- reference and candidate alternate (ABBA), and both are stopped (SIGSTOP) whenever they are
+  not answering a request, so neither works in the background or takes the CPU from the
+  other's run; both are treated alike, so the treatment costs both the same;
+- each timed run follows an untimed call of the same side on other inputs, so it runs as a
+  caller's repeated call does (caches and TLB its own), not as the first call after the other
+  process ran; the timed inputs are drawn after that call, so it cannot work on them;
+- what the bracket holds besides the call (the round trip and the checksum) is measured on
+  the reference alone (a checksum-only request right after its run) and subtracted from
+  both: nothing the candidate reports about itself is ever subtracted;
+- a random share of the iterations is fetched in full and compared with the float64 anchor;
+- drawing inputs is timed on both sides: a candidate that takes longer there (working on the
+  inputs before the clock starts) is refused;
+- on the GPU the parent flushes the L2 before every timed run and before every overhead
+  request (agents/verify/devflush.py: so both sides, and the overhead, start after the same
+  context switch), timed from its host: flushes far slower than alone mean work left
+  running on the device.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agents.sandbox.peer import Peer
+from agents.sandbox.wire import Frame
+from agents.verify import devflush
+from agents.verify.timing import PairTiming, Sample, bootstrap_speedup_ci, median_is_stable
+
+
+class TimingRefused(Exception):
+    """The candidate broke the timing's rules; the reason names what was seen."""
+
+    def __init__(self, reason: str, incorrect: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.incorrect = incorrect
+
+
+@dataclass(frozen=True)
+class ClockConfig:
+    warmup: int = 1  # the correctness trials ran just before: one round settles both
+    min_runs: int = 10
+    max_runs: int = 200
+    budget_s: float = 5.0
+    rel_precision: float = 0.01
+    spot_share: float = 0.1
+    reverify_above: float = 10.0
+    bootstrap: int = 2000
+    hidden_share: float = 0.25
+    """Drawing inputs may take the candidate longer than the reference by this share of the
+    candidate's own time, plus three standard errors and `hidden_floor_s`, before it is
+    refused as work done before the clock started."""
+    hidden_floor_s: float = 10e-6
+    canary_floor_ms: float = 0.25  # host-timed flushes jitter by tens of microseconds
+    cuda_graph: bool = False
+
+
+@dataclass
+class _Record:
+    ref: list[float] = field(default_factory=list)  # timed requests, seconds
+    cand: list[float] = field(default_factory=list)
+    overhead: list[float] = field(default_factory=list)  # reference's checksum-only requests
+    ref_prepare: list[float] = field(default_factory=list)
+    cand_prepare: list[float] = field(default_factory=list)
+    flushes: list[float] = field(default_factory=list)  # the parent's L2 flushes, host ms
+
+    def net(self) -> tuple[list[float], list[float]]:
+        """Run times less the median of what a timed request costs besides the call."""
+        extra = statistics.median(self.overhead)
+        return [max(t - extra, 1e-9) for t in self.ref], [max(t - extra, 1e-9) for t in self.cand]
+
+    def jitter(self) -> float:
+        """The spread (interquartile range) of the requests' own cost, with a 5 us floor."""
+        quartiles = statistics.quantiles(self.overhead, n=4) if len(self.overhead) > 1 else []
+        spread = quartiles[2] - quartiles[0] if quartiles else 0.0
+        return max(spread, 5e-6)
+
+    def resolved(self) -> bool:
+        """Both sides' median calls stand clear of the jitter of the cost subtracted."""
+        extra, jitter = statistics.median(self.overhead), self.jitter()
+        return all(statistics.median(side) - extra > jitter for side in (self.ref, self.cand))
+
+
+class OutsideClock:
+    """Times one candidate against one reference; see the module docstring for the rules.
+
+    `full_check(label)` fetches both current outputs in full and compares them with the
+    float64 anchor, raising TimingRefused when they differ."""
+
+    def __init__(
+        self,
+        reference: Peer,
+        candidate: Peer,
+        device: str,
+        config: ClockConfig,
+        timeout_s: float,
+        full_check: Callable[[str], None],
+        compare_checksums: Callable[[Frame, Frame, Frame, str], str | None],
+        flush_alone_ms: float | None = None,
+    ) -> None:
+        self.ref, self.cand = reference, candidate
+        self.device = device
+        self.config = config
+        self.timeout_s = timeout_s
+        self.full_check = full_check
+        self.compare_checksums = compare_checksums
+        self.flush_alone_ms = flush_alone_ms
+        self.rng = random.Random(secrets.randbits(64))
+        self.notes: list[str] = []
+
+    def measure(self) -> PairTiming:
+        config = self.config
+        self.ref.stop()
+        self.cand.stop()
+        try:
+            return self._measure(config)
+        finally:
+            self.ref.resume()
+            self.cand.resume()
+
+    def _measure(self, config: ClockConfig) -> PairTiming:
+        method = f"{self.device}: timed from outside both processes, interleaved, fresh inputs"
+        if config.cuda_graph and self.device == "cuda":
+            method += self._capture()
+        for _ in range(config.warmup):
+            self._iteration(_Record(), 0, check=False)
+        record = _Record()
+        started = time.monotonic()
+        reverified = False
+        while len(record.ref) < config.max_runs:
+            index = len(record.ref)
+            self._iteration(record, index, check=index == 0 or self._draw() < config.spot_share)
+            if len(record.ref) < config.min_runs:
+                continue
+            ref_times, cand_times = record.net()
+            ratio = statistics.median(ref_times) / statistics.median(cand_times)
+            if not reverified and ratio > config.reverify_above:
+                reverified = True
+                self._iteration(_Record(), index, check=True)
+            stable = median_is_stable(ref_times, config.rel_precision) and median_is_stable(
+                cand_times, config.rel_precision
+            )
+            if stable or time.monotonic() - started > config.budget_s:
+                break
+        if self._prepare_excess(record):  # a suspicion is confirmed on as many runs again
+            for _ in range(max(len(record.ref), config.min_runs)):
+                self._iteration(record, len(record.ref), check=False)
+            problem = self._prepare_excess(record)
+            if problem:
+                raise TimingRefused(problem)
+        self._check_canary(record)
+        if record.resolved():
+            self.notes.append(
+                "subtracted from each timed request: "
+                f"{statistics.median(record.overhead) * 1e6:.0f} us (round trip and checksum, "
+                "measured on the reference)"
+            )
+            ref_s, cand_s = record.net()
+        else:
+            # A call shorter than the jitter of the request around it cannot be told apart
+            # from that jitter: whole requests are compared instead, which pulls the ratio
+            # towards 1 (a speedup understated, never overstated).
+            self.notes.append(
+                "a call took less than the jitter of the request around it "
+                f"({record.jitter() * 1e6:.0f} us): times include the round trip and the "
+                "checksum, so the speedup is understated"
+            )
+            ref_s, cand_s = record.ref, record.cand
+        ref_ms, cand_ms = ([t * 1e3 for t in side] for side in (ref_s, cand_s))
+        ref_sample, cand_sample = Sample.of(ref_ms), Sample.of(cand_ms)
+        speedup = ref_sample.median_ms / cand_sample.median_ms if cand_sample.median_ms else 0.0
+        if speedup > config.reverify_above:  # a passing early ratio is re-verified, not noted
+            self.notes.append(
+                f"speedup over {config.reverify_above:g}x: re-verified in full on fresh "
+                "inputs during timing; worth a closer look"
+            )
+        return PairTiming(
+            reference=ref_sample,
+            candidate=cand_sample,
+            speedup=speedup,
+            speedup_ci=bootstrap_speedup_ci(ref_ms, cand_ms, config.bootstrap),
+            method=method,
+            notes=self.notes,
+            suspicious=speedup > config.reverify_above,
+        )
+
+    # -- one iteration ------------------------------------------------------------------------
+
+    def _iteration(self, record: _Record, index: int, check: bool) -> None:
+        """Each side draws its inputs right before its own timed run (neither finds its inputs
+        colder in the caches), in ABBA order; then the checksums are compared."""
+        seed = self._seed()
+        weights = self._seed()
+        order = (self.ref, self.cand) if index % 2 == 0 else (self.cand, self.ref)
+        replies: dict[str, Frame] = {}
+        for peer in order:
+            # An untimed call first, on the inputs of this side's last timed call: the other
+            # process ran in between and took the caches and the TLB; a caller that calls
+            # again finds them warm. The timed inputs are drawn after it.
+            self._awake(peer, "warm", seed=self._seed())
+            prepare_s, _ = self._timed(peer, "prepare", seed=seed)
+            self._flush(record)
+            elapsed, replies[peer.label] = self._timed(peer, "run", checksum=weights)
+            # The same requests follow on both sides, so each side's next timed run finds the
+            # caches as the other's does; only the reference's are used: the checksum-only
+            # request, after a flush as the run was, is what a timed request costs besides
+            # the call (the round trip, the checksum and, on the GPU, the context switch).
+            self._flush(record)
+            overhead, _ = self._timed(peer, "checksum", seed=weights)
+            band = self._awake(peer, "checksum", seed=weights, band=True)
+            if peer is self.ref:
+                record.overhead.append(overhead)
+                record.ref.append(elapsed)
+                record.ref_prepare.append(prepare_s)
+                replies["band"] = band
+            else:
+                record.cand.append(elapsed)
+                record.cand_prepare.append(prepare_s)
+        problem = self.compare_checksums(
+            replies[self.ref.label], replies["band"], replies[self.cand.label], "a timed run"
+        )
+        if problem:
+            raise TimingRefused(problem, incorrect=True)
+        if check:
+            self.ref.resume()
+            self.cand.resume()
+            try:
+                self.full_check("a timed run")
+            finally:
+                self.ref.stop()
+                self.cand.stop()
+
+    def _timed(self, peer: Peer, op: str, **fields) -> tuple[float, Frame]:
+        peer.resume()
+        try:
+            return peer.timed(op, self.timeout_s, **fields)
+        finally:
+            peer.stop()
+
+    def _awake(self, peer: Peer, op: str, **fields) -> Frame:
+        peer.resume()
+        try:
+            return peer.request(op, self.timeout_s, **fields)
+        finally:
+            peer.stop()
+
+    def _flush(self, record: _Record) -> None:
+        """On the GPU: the parent's L2 flush (agents/verify/devflush.py), host-timed."""
+        if self.device == "cuda":
+            record.flushes.append(devflush.flush_ms())
+
+    def _seed(self) -> int:
+        return self.rng.randrange(1, 2**31 - 10_000)
+
+    def _draw(self) -> float:
+        return self.rng.random()
+
+    def _capture(self) -> str:
+        seed = self._seed()
+        captured = []
+        for peer in (self.ref, self.cand):
+            self._awake(peer, "prepare", seed=seed)
+            captured.append(bool(self._awake(peer, "capture").header.get("captured")))
+        if all(captured):
+            return ", CUDA graph replay"
+        for peer in (self.ref, self.cand):
+            self._awake(peer, "uncapture")
+        self.notes.append("CUDA graph capture failed; timed eager launches")
+        return ""
+
+    # -- rules over the whole run -------------------------------------------------------------
+
+    def _prepare_excess(self, record: _Record) -> str | None:
+        """Drawing inputs is the same harness work on both sides; a candidate that takes
+        longer there worked on its inputs before its clock started. The test is on the
+        paired differences: their median must stay within a share of the candidate's own
+        time or half the reference's drawing time (two processes drawing the same inputs
+        were seen to differ by up to that much on a busy machine), plus three standard
+        errors; a suspicion is measured again before it is refused."""
+        pairs = [c - r for c, r in zip(record.cand_prepare, record.ref_prepare, strict=True)]
+        if len(pairs) < 3:
+            return None
+        hidden = statistics.median(pairs)
+        spread = statistics.median(abs(p - hidden) for p in pairs) * 1.4826
+        standard_error = 1.2533 * spread / math.sqrt(len(pairs))
+        _, cand_times = record.net()
+        allowed = (
+            max(
+                self.config.hidden_share * statistics.median(cand_times),
+                0.5 * statistics.median(record.ref_prepare),
+            )
+            + 3 * standard_error
+            + self.config.hidden_floor_s
+        )
+        if hidden <= allowed:
+            return None
+        return (
+            "the candidate worked before its timed calls: drawing inputs took it "
+            f"{hidden * 1e3:.3f} ms longer than the reference's same work, over "
+            f"{len(pairs)} runs (allowed {allowed * 1e3:.3f} ms)"
+        )
+
+    def _check_canary(self, record: _Record) -> None:
+        """Work the candidate leaves running on the GPU after its reply delays whatever
+        comes next on the device: the parent's flushes, timed from the host, wait for it.
+        Measured alone before any candidate code ran, a flush is the yardstick."""
+        if len(record.flushes) < 6 or not self.flush_alone_ms:
+            return
+        during = statistics.median(record.flushes)
+        if during > 3 * self.flush_alone_ms + self.config.canary_floor_ms:
+            raise TimingRefused(
+                "the candidate left work running on the GPU after its calls returned: the "
+                f"L2 flush between timed runs took {during:.3f} ms (median of "
+                f"{len(record.flushes)}), alone {self.flush_alone_ms:.3f} ms"
+            )

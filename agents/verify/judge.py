@@ -1,0 +1,590 @@
+"""The correctness protocol, run by the parent over two sandboxed workers.
+
+The reference's worker and the candidate's worker never share a process. The parent asks each
+to draw inputs from the same seed and run; it receives both outputs (and the reference's
+float64 anchor) as data and compares them itself, so no verdict depends on anything the
+candidate can reach. The protocol keeps what the single-process reviewer checked and that
+still means something: fresh inputs per trial, two candidate calls per trial on poisoned
+memory (caching and unwritten outputs fail), unchanged inputs, no processes or busy threads
+left behind (read from outside), no global state changed, and a reload of new weights
+(folded-at-init candidates go stale and fail). Timing is agents/verify/clock.py's.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.sandbox import inspect
+from agents.sandbox.peer import Peer, WorkerError, WorkerFailed, WorkerGone, WorkerTimeout
+from agents.sandbox.wire import Frame
+from agents.task import SourceFile
+from agents.verify import compare, devflush, values
+from agents.verify.clock import ClockConfig, OutsideClock, TimingRefused
+from agents.verify.side import flatten
+from agents.verify.verdict import ReviewFindings, Verdict
+
+TRUSTED_CAP = 1 << 40
+"""The reference's worker never runs candidate code: its replies are capped only by sanity."""
+SLACK_BYTES = 1 << 20
+TIMED_FLOOR_S = 10.0
+FINGERPRINT_SIGMAS = 6.0
+
+
+class Refusal(Exception):
+    """Stops the protocol with a verdict and a reason."""
+
+    def __init__(self, verdict: Verdict, reason: str) -> None:
+        super().__init__(reason)
+        self.verdict = verdict
+        self.reason = reason
+
+
+class ReferenceBroken(Exception):
+    """The reference failed on its own, before any candidate code ran: a usage error."""
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    reference: SourceFile
+    candidate: SourceFile
+    device: str = "cpu"
+    size: str = "default"
+    trials: int = 5
+    seed: int = 42
+    reload_trials: int = 2
+    measure: bool = True
+    clock: ClockConfig = field(default_factory=ClockConfig)
+    build_timeout_s: float = 120.0
+    run_timeout_s: float = 60.0
+
+
+@dataclass
+class _Side:
+    """What the parent knows of one call's results."""
+
+    out: values.Unpacked
+    args: list[dict] | None = None
+
+
+class Judge:
+    """Runs the protocol; `phase` switches the parent's phase clock, `acquire`/`release`
+    hold the device's measure lane around the timing."""
+
+    def __init__(
+        self,
+        request: JudgeRequest,
+        reference: Peer,
+        candidate: Peer,
+        phase: Callable[[str], None],
+        acquire: Callable[[], bool],
+        release: Callable[[], None],
+    ) -> None:
+        self.request = request
+        self.ref = reference
+        self.cand = candidate
+        self.phase = phase
+        self.acquire = acquire
+        self.release = release
+        self.report = ReviewFindings(verdict=Verdict.CORRECT)
+        self.comparisons: list[compare.OutputComparison] = []
+        self.anchored = False  # the first trial fetches the float64 anchor for the report
+        self.rng = random.Random(secrets.randbits(64))
+        self.flush_alone_ms: float | None = None
+        self.slowest_call_s = 0.0  # the candidate's slowest verified call, with its overheads
+
+    # -- entry --------------------------------------------------------------------------------
+
+    def run(self) -> ReviewFindings:
+        """The verdict; raises ReferenceBroken when the reference fails before the
+        candidate has run any code of its own."""
+        try:
+            self._protocol()
+        except Refusal as refusal:
+            self.report.verdict = refusal.verdict
+            self.report.reasons.append(refusal.reason)
+        self._summarise()
+        return self.report
+
+    def _protocol(self) -> None:
+        request = self.request
+        self._load_reference()
+        self.phase("build")
+        self._build_candidate()
+        self.worker = self._candidate_worker()
+        self.baseline = inspect.baseline(self.cand.process.pid, self.worker)
+        self.affinity = inspect.affinity(self.worker)
+        self.phase("run")
+        for trial in range(request.trials):
+            self._trial(request.seed + 1 + trial, f"trial {trial + 1}")
+            self.report.trials = trial + 1
+        self._reload_check()
+        self._check_state("after the trials")
+        if self.report.verdict is Verdict.CORRECT and request.measure:
+            self._measure()
+            self._check_state("after timing")
+
+    # -- building -----------------------------------------------------------------------------
+
+    def _load_reference(self) -> None:
+        """Model built and run once, before any candidate code runs: a failure here is the
+        reference's own. Its answer (init arguments and state dict, as data) goes on to the
+        candidate's worker untouched."""
+        request = self.request
+        fields = {
+            "reference": {"text": request.reference.text, "path": request.reference.path},
+            "size": request.size,
+            "seed": request.seed,
+        }
+        try:
+            frame = self.ref.request(
+                "load", request.build_timeout_s, payload_cap=TRUSTED_CAP, **fields
+            )
+            if request.device == "cuda":  # before any candidate code has run
+                self.flush_alone_ms = min(devflush.flush_ms() for _ in range(5))
+        except WorkerFailed as error:
+            raise ReferenceBroken(error.message) from None
+        except WorkerError as error:
+            raise ReferenceBroken(f"reference: {error}") from None
+        self.ops = frame.header.get("ops") or []
+        self.poison_bytes = frame.header.get("poison_bytes") or []
+        self.shared_frame = frame
+
+    def _build_candidate(self) -> None:
+        request = self.request
+        frame = self.shared_frame
+        reply = self._cand(
+            "build",
+            request.build_timeout_s,
+            doing="building",
+            payload=frame.payload,
+            tree=frame.header.get("tree"),
+            specs=frame.header.get("specs"),
+            reference={"text": request.reference.text, "path": request.reference.path},
+            candidate={"text": request.candidate.text, "path": request.candidate.path},
+            size=request.size,
+            seed=request.seed,
+            ops=self.ops,
+            poison_bytes=self.poison_bytes,
+        )
+        self.report.state_dict_compatible = bool(reply.header.get("state_dict_compatible"))
+        self._refuse_changes(reply, "while importing and building")
+
+    def _candidate_worker(self) -> int:
+        """The host pid of the candidate's worker process (inside the jail it has another)."""
+        root = self.cand.process.pid
+        if self.cand.own_pid is None:
+            return root
+        return inspect.find_worker(root, self.cand.own_pid) or root
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _cand(self, op: str, timeout_s: float, doing: str = "running", **fields: Any) -> Frame:
+        """A request to the candidate; every way it can fail becomes a Refusal."""
+        try:
+            return self.cand.request(op, timeout_s, **fields)
+        except WorkerError as error:
+            raise self._refusal(error, doing, op) from None
+
+    def _refusal(self, error: WorkerError, doing: str, op: str = "") -> Refusal:
+        """The verdict for a request that failed: whose fault, and what kind of failure."""
+        if error.worker == self.ref.label:
+            return Refusal(
+                Verdict.RUNTIME_ERROR,
+                f"the reference failed while this candidate was running ({error}); "
+                "if it fails alone too, fix the reference",
+            )
+        if isinstance(error, WorkerFailed):
+            if error.kind == "build":
+                return Refusal(Verdict.COMPILE_ERROR, error.message)
+            if error.kind == "harness" and op == "fetch":
+                return Refusal(Verdict.INCORRECT, f"its output cannot be compared: {error}")
+            return Refusal(Verdict.RUNTIME_ERROR, error.message)
+        if isinstance(error, WorkerTimeout):
+            return Refusal(Verdict.TIMEOUT, f"{doing} took longer than {error.seconds:g} s")
+        assert isinstance(error, WorkerGone)
+        if error.alive:  # it broke the protocol: a forged, early or oversized answer
+            return Refusal(Verdict.REJECTED, f"while {doing}: {error.why}")
+        reason = f"the candidate's process {error.why.split(' ', 3)[-1]} during {doing}"
+        last = _last_line(self.cand.stderr.text())
+        return Refusal(
+            Verdict.RUNTIME_ERROR, reason + (f"; last line on stderr: {last}" if last else "")
+        )
+
+    def _ref(self, op: str, **fields: Any) -> Frame:
+        """A request to the reference after the candidate started: if it fails now, the
+        candidate may be the cause (it shares the device), so the candidate is refused."""
+        timeout = max(self.request.run_timeout_s, self.request.build_timeout_s)
+        try:
+            return self.ref.request(op, timeout, payload_cap=TRUSTED_CAP, **fields)
+        except WorkerError as error:
+            raise self._refusal(error, "running the reference", op) from None
+
+    # -- trials -------------------------------------------------------------------------------
+
+    def _trial(self, seed: int, label: str) -> None:
+        self._ref("prepare", seed=seed)
+        self._ref("run", clone=True)
+        reference = self._fetch_reference()
+        ref_args = self._ref("args", seed=seed).header.get("checksum")
+        gold = Anchor(self._anchor, eager=not self.anchored, sample_seed=self.rng.randrange(2**62))
+        self.anchored = True
+        self._cand("prepare", self.request.run_timeout_s, seed=seed)
+        # Two calls on the same inputs, the first output held across the second (as a
+        # caller would hold it): caching, first-call behaviour and outputs that alias memory
+        # the next call overwrites all show up.
+        for call in range(2):
+            began = time.monotonic()
+            reply = self._cand(
+                "run", self.request.run_timeout_s, clone=True, poison=True, check=True
+            )
+            self.slowest_call_s = max(self.slowest_call_s, time.monotonic() - began)
+            self._refuse_changes(reply, f"{label}, during a call")
+            self._refuse_leftovers(threads_too=call == 1)
+            args = self._cand("args", self.request.run_timeout_s, seed=seed)
+            if not _same_checksums(args.header.get("checksum"), ref_args):
+                raise Refusal(
+                    Verdict.REJECTED,
+                    f"{label}: candidate changed its inputs (the reference leaves them as "
+                    "they were)",
+                )
+        passed: list[tuple[Any, compare.OutputComparison]] | None = None
+        for when in ("before", "after"):
+            output = self._fetch_candidate(previous=when == "before")
+            passed = self._compare(label, when, output, reference, gold, passed)
+
+    def _fetch_reference(self) -> values.Unpacked:
+        frame = self._ref("fetch")
+        unpacked = values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
+        self.expected_bytes = len(frame.payload)
+        return unpacked
+
+    def _fetch_candidate(self, previous: bool = False) -> values.Unpacked:
+        cap = self.expected_bytes + SLACK_BYTES
+        frame = self._cand("fetch", self.request.run_timeout_s, payload_cap=cap, previous=previous)
+        try:
+            return values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
+        except values.ValueRefused as error:
+            raise Refusal(Verdict.INCORRECT, f"its output cannot be read: {error}") from None
+
+    def _anchor(self, sample_seed: int | None) -> tuple[values.Unpacked | None, list]:
+        """The float64 outputs, and per leaf the element count it was sampled from (None
+        where it came whole)."""
+        frame = self._ref("anchor", sample_seed=sample_seed)
+        if not frame.header.get("present"):
+            return None, []
+        gold = values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
+        return gold, list(frame.header.get("sampled") or [])
+
+    def _compare(self, label, when, output, reference, gold, passed=None):
+        """Compare one output with the reference's; returns its leaves with their results.
+        A leaf bit for bit equal to a leaf of `passed` (the same call's other output, already
+        compared) has that comparison's result: the numbers are the same numbers."""
+        expected = flatten(reference.value["out"])
+        if not isinstance(output.value, dict) or "out" not in output.value:
+            raise Refusal(Verdict.INCORRECT, f"{label}: its output came back malformed")
+        leaves = flatten(output.value["out"])
+        try:
+            _check_structure(leaves, output, expected, reference)
+        except compare.OutputMismatch as mismatch:
+            raise Refusal(Verdict.INCORRECT, f"{label}: {mismatch}") from None
+        results = []
+        for index, (cand, ref) in enumerate(zip(leaves, expected, strict=True)):
+            if self.request.device == "cuda":  # compared where the outputs were made: seconds
+                cand, ref = compare.on_device(cand, ref)  # less per GB
+            if passed is not None and compare.identical(cand, passed[index][0]):
+                results.append((cand, passed[index][1]))
+                continue
+            result = judge_leaf(cand, ref, gold, index, len(expected))
+            self.comparisons.append(result)
+            if not result.ok:
+                raise Refusal(Verdict.INCORRECT, _mismatch_reason(label, when, index, result))
+            results.append((cand, result))
+        return results
+
+    # -- reload, state, leftovers -----------------------------------------------------------------
+
+    def _reload_check(self) -> None:
+        """Load one new random state into both and verify again: catches stale folding."""
+        if not self.report.state_dict_compatible:
+            self.report.reload_check = "skipped: ModelNew does not accept Model's state_dict"
+            return
+        frame = self._ref("perturb", seed=self.request.seed + 1000)
+        self._cand(
+            "load_state",
+            self.request.run_timeout_s,
+            doing="loading a new state_dict",
+            payload=frame.payload,
+            tree=frame.header.get("tree"),
+            specs=frame.header.get("specs"),
+        )
+        for trial in range(self.request.reload_trials):
+            try:
+                self._trial(self.request.seed + 2000 + trial, f"after reload, trial {trial + 1}")
+            except Refusal as refusal:
+                if refusal.verdict is Verdict.INCORRECT:
+                    self.report.reload_check = "failed"
+                    raise Refusal(
+                        Verdict.INCORRECT,
+                        refusal.reason + " (ModelNew went stale after load_state_dict: "
+                        "weights folded at __init__ must be recomputed from the parameters)",
+                    ) from None
+                raise
+        self.report.reload_check = "passed"
+
+    def _check_state(self, when: str) -> None:
+        reply = self._cand("changes", self.request.run_timeout_s)
+        self._refuse_changes(reply, when)
+        self._refuse_leftovers()
+
+    def _refuse_changes(self, reply: Frame, when: str) -> None:
+        changed = [str(item)[:200] for item in reply.header.get("changed") or []][:8]
+        if changed:
+            raise Refusal(Verdict.REJECTED, f"global state changed {when}: {'; '.join(changed)}")
+
+    def _refuse_leftovers(self, threads_too: bool = True) -> None:
+        found = inspect.leftover_work(
+            self.cand.process.pid, self.worker, self.baseline, threads_too
+        )
+        now = inspect.affinity(self.worker)
+        if self.affinity is not None and now is not None and now != self.affinity:
+            found.append(f"candidate changed its CPU affinity from {self.affinity} to {now}")
+        if found:
+            raise Refusal(Verdict.REJECTED, "; ".join(found))
+
+    # -- timing ------------------------------------------------------------------------------------
+
+    def _measure(self) -> None:
+        self.phase("lane_wait")
+        if not self.acquire():
+            raise Refusal(Verdict.RUNTIME_ERROR, "cancelled while waiting for the device")
+        try:
+            self.phase("measure")
+            clock = OutsideClock(
+                self.ref,
+                self.cand,
+                self.request.device,
+                self.request.clock,
+                self._timed_deadline(),
+                full_check=self._full_check,
+                compare_checksums=_checksum_mismatch,
+                flush_alone_ms=self.flush_alone_ms,
+            )
+            try:
+                result = clock.measure()
+            except TimingRefused as refused:
+                verdict = Verdict.INCORRECT if refused.incorrect else Verdict.REJECTED
+                raise Refusal(verdict, refused.reason) from None
+            except WorkerError as error:
+                raise self._refusal(error, "a timed run") from None
+        finally:
+            self.cand.resume()
+            self.release()
+        report = self.report
+        report.reference_ms = result.reference.median_ms
+        report.candidate_ms = result.candidate.median_ms
+        report.reference_iqr_ms = result.reference.iqr_ms
+        report.candidate_iqr_ms = result.candidate.iqr_ms
+        report.speedup = result.speedup
+        report.speedup_ci = list(result.speedup_ci)
+        report.timing_runs = result.runs
+        report.timing_method = result.method
+        report.timing_notes = result.notes
+        report.suspicious = result.suspicious
+
+    def _timed_deadline(self) -> float:
+        """A timed call may take many times its slowest verified call, within the run limit:
+        a candidate that hangs once timing starts releases the device in seconds."""
+        return min(self.request.run_timeout_s, max(TIMED_FLOOR_S, 20 * self.slowest_call_s))
+
+    def _full_check(self, label: str) -> None:
+        reference = self._fetch_reference()
+        gold = Anchor(self._anchor, eager=False)
+        output = self._fetch_candidate()
+        try:
+            self._compare(label, None, output, reference, gold)
+        except Refusal as refusal:
+            raise TimingRefused(refusal.reason, incorrect=True) from None
+
+    # -- summary -----------------------------------------------------------------------------------
+
+    def _summarise(self) -> None:
+        results = self.comparisons
+        report = self.report
+        report.strict_allclose = all(r.strict_ok for r in results) if results else None
+        f64 = [r.float64_ok for r in results if r.float64_ok is not None]
+        report.float64_rule = all(f64) if f64 else None
+        ratios = [r.error_ratio for r in results if r.error_ratio is not None]
+        report.float64_error_ratio = max(ratios) if ratios else None
+        cand = [r.candidate_error for r in results if r.candidate_error is not None]
+        ref = [r.reference_error for r in results if r.reference_error is not None]
+        report.candidate_error = max(cand) if cand else None
+        report.reference_error = max(ref) if ref else None
+
+
+def judge_leaf(cand: Any, ref: Any, gold: Anchor, index: int, count: int):
+    """One output leaf's comparison: the strict rule on every element, with the anchor's
+    sampled figures when it has them; on a miss, the float64 band is the second chance, on
+    the whole anchor (only then computed and sent: twice the output's bytes)."""
+    result = compare.compare_output(cand, ref, *gold.leaf(index, count))
+    if not result.ok and not gold.full:
+        result = compare.compare_output(cand, ref, *gold.leaf(index, count, full=True))
+    return result
+
+
+class Anchor:
+    """The reference's float64 outputs for one set of inputs. When `eager` (the first trial,
+    so the report carries the float64 figures) it is fetched at once, at a sample of each
+    large output's elements; in full only when an output misses the strict rule and needs
+    the band, the only use in which the anchor can pass anything."""
+
+    def __init__(
+        self,
+        fetch: Callable[[int | None], tuple[values.Unpacked | None, list]],
+        eager: bool,
+        sample_seed: int | None = None,
+    ) -> None:
+        self._fetch = fetch
+        self.full = False
+        self._seed = sample_seed
+        self._leaves: list[Any] | None = None
+        self._sampled: list = []
+        if eager:
+            self._get(sample_seed)
+
+    def _get(self, sample_seed: int | None) -> None:
+        gold, self._sampled = self._fetch(sample_seed)
+        self._leaves = flatten(gold.value) if gold is not None else None
+        # no float64 kernel (gold None): the strict rule alone applies, nothing to fetch
+        self.full = sample_seed is None or gold is None
+
+    def leaf(self, index: int, count: int, full: bool = False) -> tuple[Any, Any]:
+        """(anchor, sample indices or None) of one output leaf; (None, None) when absent."""
+        if full and not self.full:
+            self._get(None)
+        leaves = self._leaves
+        if leaves is None or len(leaves) != count:
+            return None, None
+        gold = leaves[index]
+        numel = self._sampled[index] if index < len(self._sampled) else None
+        if self.full or numel is None or self._seed is None:
+            return gold, None
+        # the indices the reference sampled, drawn again here from the same seed
+        return gold, compare.sample_indices(int(numel), self._seed + index)
+
+
+def _check_structure(leaves, output: values.Unpacked, expected, reference: values.Unpacked):
+    """Exact count, type, shape, dtype, device and layout; no broadcasting."""
+    if len(leaves) != len(expected):
+        raise compare.OutputMismatch(
+            f"returned {len(leaves)} outputs, the reference {len(expected)}"
+        )
+    for index, (cand, ref) in enumerate(zip(leaves, expected, strict=True)):
+        where = f"output {index}"
+        ref_spec = reference.spec_of(ref)
+        if ref_spec is None:
+            if type(cand) is not type(ref):
+                raise compare.OutputMismatch(
+                    f"{where} is {type(cand).__name__}, expected {type(ref).__name__}"
+                )
+            continue
+        spec = output.spec_of(cand)
+        if spec is None:
+            raise compare.OutputMismatch(f"{where} is {type(cand).__name__}, not a tensor")
+        if spec.kind == "subclass":
+            raise compare.OutputMismatch(
+                f"{where} is not a plain torch.Tensor (subclasses and lazy tensors are refused)"
+            )
+        if spec.kind != "tensor":
+            raise compare.OutputMismatch(f"{where} is not a materialised strided tensor")
+        if spec.shape != ref_spec.shape:
+            raise compare.OutputMismatch(
+                f"{where} has shape {spec.shape}, expected {ref_spec.shape}"
+            )
+        if spec.dtype != ref_spec.dtype:
+            raise compare.OutputMismatch(
+                f"{where} has dtype torch.{spec.dtype}, expected torch.{ref_spec.dtype}"
+            )
+        if spec.device != ref_spec.device:
+            raise compare.OutputMismatch(f"{where} is on {spec.device}, expected {ref_spec.device}")
+
+
+def _mismatch_reason(label: str, when: str | None, index: int, result) -> str:
+    run = f"{label}, candidate call {'1' if when == 'before' else '2'}" if when else label
+    run += f", output {index}"
+    if result.nonfinite:
+        return f"{run}: NaN or Inf where the reference is finite"
+    detail = f"max |diff| {result.max_abs_diff:.3g} fails allclose"
+    if result.error_ratio is not None:
+        detail += (
+            f", and its error against float64 is {result.error_ratio:.3g}x the allowed "
+            f"band ({compare.ERROR_FACTOR:g}x the fp32 reference's own error)"
+        )
+    return f"{run}: {detail}"
+
+
+def _same_checksums(cand: Any, ref: Any) -> bool:
+    """The arguments after the candidate's call are the reference's after its call: equal
+    checksums (to rounding of the sum itself), leaf by leaf."""
+    if not isinstance(cand, list) or not isinstance(ref, list) or len(cand) != len(ref):
+        return False
+    for mine, theirs in zip(cand, ref, strict=True):
+        if not isinstance(mine, dict) or mine.get("kind") != theirs.get("kind"):
+            return False
+        if mine.get("numel") != theirs.get("numel") or mine.get("scalar") != theirs.get("scalar"):
+            return False
+        a, b = mine.get("sum"), theirs.get("sum")
+        if isinstance(b, float) and isinstance(a, float | int):
+            if not (abs(a - b) <= 1e-9 * (1.0 + abs(b)) or (math.isnan(a) and math.isnan(b))):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def _checksum_mismatch(ref: Frame, band: Frame, cand: Frame, label: str) -> str | None:
+    """Why a timed output cannot be the reference's output for the same inputs, or None.
+
+    Floating outputs: the checksums' difference must stay within FINGERPRINT_SIGMAS standard
+    deviations of what allclose's full allowance on every element would give (a wrong or
+    unfinished output misses by orders of magnitude). Integers: exact."""
+    mine = cand.header.get("checksum")
+    theirs = ref.header.get("checksum") or []
+    bands = band.header.get("band") or []
+    if not isinstance(mine, list) or len(mine) != len(theirs):
+        return f"{label}: its output has another structure than during verification"
+    for index, (c, r) in enumerate(zip(mine, theirs, strict=True)):
+        if not isinstance(c, dict) or c.get("kind") != r.get("kind"):
+            return f"{label}: output {index} is of another kind than the reference's"
+        if "scalar" in r:
+            if c.get("scalar") != r["scalar"]:
+                return f"{label}: output {index} differs from the reference's"
+            continue
+        c_sum, r_sum = c.get("sum"), r.get("sum")
+        if c.get("numel") != r.get("numel") or not isinstance(c_sum, int | float):
+            return f"{label}: output {index} differs from the reference's in size"
+        sigma = bands[index] if index < len(bands) else None
+        if sigma is None:
+            if c_sum != r_sum:
+                return f"{label}: output {index} differs from the reference's"
+            continue
+        if math.isnan(r_sum) and math.isnan(c_sum):
+            continue
+        allowed = FINGERPRINT_SIGMAS * sigma + 1e-6 * abs(r_sum)
+        if not abs(c_sum - r_sum) <= allowed:
+            return (
+                f"{label}: output {index} differs from the reference's: a random projection "
+                f"of it is off by {abs(c_sum - r_sum):.3g} where {FINGERPRINT_SIGMAS:g} "
+                f"standard deviations of allclose's allowance are {allowed:.3g}"
+            )
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""

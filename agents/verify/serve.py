@@ -1,0 +1,169 @@
+"""Entry point of a sandboxed evaluation worker: answer the parent's requests, one at a time.
+
+argv: [request fd, reply fd, role]. The worker imports torch, reads the parent's hello (device
+and threads), starts its device and thread pools, answers, then serves frames
+(agents/sandbox/wire.py) until the parent closes its end. Every answer is data (outputs,
+fingerprints, sizes); none is a verdict. An exception in user code is answered as an error
+line and the worker goes on serving, so the parent decides what it means.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def main(argv: list[str]) -> None:
+    request_fd, reply_fd, role = int(argv[0]), int(argv[1]), argv[2]
+    os.set_inheritable(request_fd, False)
+    os.set_inheritable(reply_fd, False)
+    # torch first, before the parent's hello: the import (about a second) overlaps the start
+    # of the other worker and whatever the parent does meanwhile.
+    import torch
+
+    from agents.sandbox.wire import WaitPolicy, WireError, read_frame, write_frame
+    from agents.verify.side import Side
+
+    try:
+        hello = read_frame(request_fd, WaitPolicy(timeout_s=float("inf")), payload_cap=0)
+        options = hello.header
+        side = Side(role, str(options["device"]), int(options["threads"]))
+        answer = {"ok": True, "pid": os.getpid(), "torch": torch.__version__}
+        write_frame(reply_fd, {**answer, "n": options.get("n")})
+    except (WireError, OSError):
+        _exit()
+    serve(side, request_fd, reply_fd)
+
+
+def serve(side, request_fd: int, reply_fd: int) -> None:
+    from agents.sandbox.wire import WaitPolicy, WireError, read_frame, write_frame
+    from agents.verify.side import SideError
+
+    forever = WaitPolicy(timeout_s=float("inf"))
+    while True:
+        try:
+            frame = read_frame(request_fd, forever, payload_cap=1 << 40)
+        except (WireError, OSError):
+            _exit()  # the parent is gone, or closed our channel: nothing left to answer
+        op = frame.header.get("op")
+        try:
+            header, payload = handle(side, str(op), frame.header, frame.payload)
+            answer = {"ok": True, **header}
+        except SideError as error:
+            answer, payload = {"ok": False, "error": str(error), "kind": error.kind}, b""
+        except BaseException as error:  # the harness itself: still an answer, never silence
+            text = f"{type(error).__name__}: {error}"[:2000]
+            answer, payload = {"ok": False, "error": text, "kind": "harness"}, b""
+        answer["n"] = frame.header.get("n")  # the request's nonce: no answer can be written ahead
+        try:
+            write_frame(reply_fd, answer, payload)
+        except OSError:
+            _exit()
+        if op == "exit":
+            _exit()
+
+
+def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], Any]:
+    from agents.verify import values
+    from agents.verify.side import SideError, checksum, checksum_band
+
+    def packed(value: Any, **extra: Any) -> tuple[dict[str, Any], bytes]:
+        tree, specs, data = values.pack(value)
+        return {"tree": tree, "specs": specs, **extra}, data
+
+    def received() -> Any:
+        return values.unpack(header.get("tree"), header.get("specs"), payload).value
+
+    if op == "ping":
+        return {}, b""
+    if op == "prepare":
+        side.prepare(int(header["seed"]))
+        side.settle()  # inputs drawn on the device are finished before anything is timed
+        return {}, b""
+    if op == "warm":  # one untimed call, right before a timed one, on inputs already seen
+        if not side.inputs:  # (those of its last timed call: drawing afresh cost 20% of it)
+            side.prepare(int(header["seed"]))
+        side.run(clone=True, poison=False)  # a copy: a call that writes its inputs, repeated
+        side.settle()
+        return {}, b""
+    if op == "run":
+        side.run(bool(header.get("clone")), bool(header.get("poison")))
+        answer = {"changed": side.changes()} if header.get("check") else {}
+        if header.get("checksum") is not None:  # a timed call: done means checksummed
+            answer["checksum"] = checksum(side.output, int(header["checksum"]))
+            side.settle()
+        return answer, b""
+    if op == "checksum":
+        answer = {"checksum": checksum(side.output, int(header["seed"]))}
+        side.settle()
+        if header.get("band"):
+            answer["band"] = checksum_band(side.output, int(header["seed"]))
+        return answer, b""
+    if op == "fetch":
+        output = side.previous if header.get("previous") else side.output
+        return packed({"out": output, "args": side.args if header.get("args") else None})
+    if op == "args":  # the arguments as the last call left them (the reference leaves them)
+        return {"checksum": checksum(side.args, int(header["seed"]))}, b""
+    if op == "capture":
+        return {"captured": side.capture()}, b""
+    if op == "uncapture":
+        side.graph = None
+        return {}, b""
+    if op == "changes":
+        return {"changed": side.changes()}, b""
+    if op == "exit":
+        return {}, b""
+    if side.role == "reference":
+        if op == "load":
+            answer, value = side.load_reference(header)
+            return packed(value, **answer)
+        if op == "anchor":
+            gold = side.anchor()
+            if gold is None or header.get("sample_seed") is None:
+                return packed(gold, present=gold is not None)
+            leaves, sampled = sample_leaves(gold, int(header["sample_seed"]))
+            return packed(leaves, present=True, sampled=sampled)
+        if op == "perturb":
+            return packed(side.perturb(int(header["seed"])))
+    else:
+        if op == "build":
+            return side.build_candidate(header, received()), b""
+        if op == "load_state":
+            side.load_state(received())
+            return {}, b""
+    raise SideError(f"unknown request {op[:40]!r} for the {side.role}", "protocol")
+
+
+def sample_leaves(gold: Any, seed: int) -> tuple[list[Any], list[int | None]]:
+    """Each output leaf of the float64 anchor, large tensors cut to the parent's sample
+    (`compare.sample_indices` with seed + the leaf's index), and the element count each
+    sample was drawn from (None for a leaf sent whole)."""
+    import torch
+
+    from agents.verify import compare
+    from agents.verify.side import flatten
+
+    leaves, sampled = [], []
+    for index, leaf in enumerate(flatten(gold)):
+        picks = None
+        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
+            picks = compare.sample_indices(leaf.numel(), seed + index)
+        if picks is None:
+            leaves.append(leaf)
+            sampled.append(None)
+        else:
+            leaves.append(leaf.reshape(-1)[picks.to(leaf.device)])
+            sampled.append(leaf.numel())
+    return leaves, sampled
+
+
+def _exit() -> None:
+    """Leave at once: no atexit hook or lingering thread of user code runs after us."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
