@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.evalpool import LocalPool
 from agents.evaluate import EvalOptions, evaluate
 from agents.sandbox.jail import find_jail
 from agents.sandbox.process import Limits
@@ -101,3 +102,22 @@ def _no_orphaned_sandbox(request):
             os.kill(pid, signal.SIGKILL)
     if orphans:
         pytest.fail(f"{request.node.nodeid} left sandboxed processes behind: {orphans}")
+
+
+@pytest.fixture(autouse=True)
+def _pools_closed_after_each_test(monkeypatch):
+    """Every LocalPool a test makes is closed when the test ends: a pool keeps warm reference
+    workers and spare candidate workers alive for 30 s, and a later test that counts or kills
+    sandboxed workers (tests/test_evalpool_ray.py) must never see one left by another test."""
+    made: list[LocalPool] = []
+    original = LocalPool.__init__
+
+    def recording_init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(LocalPool, "__init__", recording_init)
+    yield
+    for pool in made:
+        with contextlib.suppress(Exception):
+            pool.close()

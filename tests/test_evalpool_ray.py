@@ -78,9 +78,27 @@ def _reopened(pool):
     pool.reopen()
 
 
+def _descends_from_this_process(pid: int) -> bool:
+    """Started by this test process (a local pool's worker), not under Ray's raylet (which
+    this process started too, when the pool started a local Ray)."""
+    me = os.getpid()
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        if stat.split("(", 1)[1].rsplit(")", 1)[0] == "raylet":
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        if pid == me:
+            return True
+    return False
+
+
 def _sandbox_children() -> dict[int, tuple[int, list[str]]]:
-    """The candidates' sandboxed workers alive on this machine (zombies are dead; each
-    evaluation also has a reference worker, left out): pid → (parent pid, argv)."""
+    """The candidates' sandboxed workers that Ray's workers started (zombies are dead; each
+    evaluation also has a reference worker, left out; a local pool's workers, children of
+    this process, are not Ray's): pid → (parent pid, argv)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -93,7 +111,7 @@ def _sandbox_children() -> dict[int, tuple[int, list[str]]]:
         if not any(b"agents.verify.serve" in arg for arg in argv) or b"candidate" not in argv:
             continue
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if state != "Z":
+        if state != "Z" and not _descends_from_this_process(int(entry.name)):
             found[int(entry.name)] = (int(ppid), [a.decode(errors="replace") for a in argv if a])
     return found
 
@@ -180,6 +198,7 @@ def test_a_worker_killed_twice_becomes_a_verdict_not_a_hang(pool):
             ((child, (worker, _argv)),) = children.items()
             seen.add(child)
             await asyncio.sleep(1.0)  # into the hanging forward
+            assert worker not in (os.getpid(), os.getppid()), "never kill the test runner"
             os.kill(worker, signal.SIGKILL)
             killed.append(worker)
             # PR_SET_PDEATHSIG: the orphaned child does not outlive its worker.
