@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kernel-agent-installed
 
-.PHONY: setup demo test test-fast lint format jail bench clean node extension extension-test e2e
+.PHONY: setup demo test test-all test-fast lint format jail bench clean node extension extension-test e2e
 
 setup: $(STAMP) jail
 
@@ -34,11 +34,23 @@ demo: setup
 	$(BIN)/kernel-agent optimize examples/gemm_divide_sum_scale.py --max-time 100 \
 	  --memory .demo/memory.sqlite3 --output .demo/gemm_divide_sum_scale_optimized.py
 
+# Every test that guards correctness or security, in two processes (pytest-xdist); the tests
+# that look at every process on the machine (marked serial) run after, alone. The long runs
+# (whole suites end to end, full fuzzers, throughput) are test-all's.
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 -m "not long and not serial"
+	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not long"
+
+# Everything: make test's tests, the long runs, then bench/gpu_checks.sh's CPU-runnable parts
+# at tiny sizes. Run it before changing what the long runs cover (the optimizer end to end,
+# the e-graph's rules, the evaluation pool, the benchmarks).
+test-all: setup
+	$(BIN)/python -m pytest -q -n 2 -m "not serial"
+	$(BIN)/python -m pytest -q -p no:xdist -m "serial"
+	out=$$(mktemp -d) && PYTHON=$(CURDIR)/$(BIN)/python bash bench/gpu_checks.sh all --device cpu --out $$out
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 -m "not slow and not long and not serial"
 
 bench: setup
 	$(BIN)/kernel-agent bench bench/problems --out bench/results-cpu.json --plot bench/speedups-cpu.png

@@ -18,6 +18,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+# It counts and kills the sandboxed workers it finds in /proc: alone, never beside an xdist worker.
+pytestmark = pytest.mark.serial
+
 from agents.evalpool import EvalEvent, PoolSettings, make_pool  # noqa: E402
 from agents.evalpool.ray_pool import (  # noqa: E402
     CANCEL_GRACE_S,
@@ -78,27 +81,28 @@ def _reopened(pool):
     pool.reopen()
 
 
-def _descends_from_this_process(pid: int) -> bool:
-    """Started by this test process (a local pool's worker), not under Ray's raylet (which
-    this process started too, when the pool started a local Ray)."""
+def _under_this_process_ray(pid: int) -> bool:
+    """Under the raylet that this test process started (the pool starts a local Ray): not a
+    local pool's worker (a child of this process with no raylet between), and nothing that
+    another run on the machine started (another pytest, a benchmark, an xdist worker)."""
     me = os.getpid()
+    through_raylet = False
     while pid > 1:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             return False
-        if stat.split("(", 1)[1].rsplit(")", 1)[0] == "raylet":
-            return False
+        through_raylet |= stat.split("(", 1)[1].rsplit(")", 1)[0] == "raylet"
         pid = int(stat.rsplit(")", 1)[1].split()[1])
         if pid == me:
-            return True
+            return through_raylet
     return False
 
 
 def _sandbox_children() -> dict[int, tuple[int, list[str]]]:
     """The candidates' sandboxed workers that Ray's workers started (zombies are dead; each
-    evaluation also has a reference worker, left out; a local pool's workers, children of
-    this process, are not Ray's): pid → (parent pid, argv)."""
+    evaluation also has a reference worker, left out; only those under this process's own
+    Ray count): pid → (parent pid, argv)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -111,7 +115,7 @@ def _sandbox_children() -> dict[int, tuple[int, list[str]]]:
         if not any(b"agents.verify.serve" in arg for arg in argv) or b"candidate" not in argv:
             continue
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if state != "Z" and not _descends_from_this_process(int(entry.name)):
+        if state != "Z" and _under_this_process_ray(int(entry.name)):
             found[int(entry.name)] = (int(ppid), [a.decode(errors="replace") for a in argv if a])
     return found
 

@@ -2,8 +2,9 @@
 one file at a time, and `bench DIR --levels 1,2,3 --optimize` over the whole checkout, whose
 head-to-head run builds the compiled reference that issue 19's `Model = ModelNew` broke.
 
-Slow (minutes per level on two cores): `make test` runs them, `make test-fast` does not.
-Every test runs the CLI as a subprocess; nothing is written into the repository."""
+Slow (minutes per level on two cores): `make test` optimizes the first problem of each level,
+and `make test-all` every problem and the whole-checkout run. Every test runs the CLI as a
+subprocess; nothing is written into the repository."""
 
 from __future__ import annotations
 
@@ -30,7 +31,18 @@ def _untracked_here() -> list[str]:
     return [line for line in done.stdout.splitlines() if "__pycache__" not in line]
 
 
-@pytest.mark.parametrize("problem", PROBLEMS, ids=problem_name)
+def _first_of_each_level(problems: list) -> list:
+    """`make test`'s shard: one problem per level (the first as a checkout lists them); the
+    others run in `make test-all`."""
+    firsts: dict[str, object] = {}
+    for problem in problems:
+        firsts.setdefault(problem.parent.name, problem)
+    return [
+        pytest.param(p, marks=() if p in firsts.values() else pytest.mark.long) for p in problems
+    ]
+
+
+@pytest.mark.parametrize("problem", _first_of_each_level(PROBLEMS), ids=problem_name)
 def test_optimize_each_problem(problem, tmp_path):
     """`optimize --max-evals 2` ends with a verified kernel or "no improvement", writes only
     to --output, and a kernel it writes defines ModelNew."""
@@ -59,6 +71,7 @@ def test_optimize_each_problem(problem, tmp_path):
     assert _untracked_here() == before
 
 
+@pytest.mark.long
 def test_bench_optimize_over_the_whole_checkout(tmp_path):
     """Every problem of levels 1-3 gets a row; on this suite every row is a result (none an
     error), with eager's time whatever torch.compile did; a resume of the finished run keeps

@@ -98,6 +98,7 @@ def _check_runs(report: dict, backend: str, workers: list[int]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_local_backend_json(tmp_path):
     report = _run(
         tmp_path,
@@ -121,6 +122,7 @@ def test_local_backend_json(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_ray_backend_json(tmp_path):
     pytest.importorskip("ray")
     report = _run(tmp_path, "--backends", "ray", "--workers", "1", "--no-isolation")
