@@ -259,10 +259,11 @@ WRITER = textwrap.dedent(
     from memory.store import MemoryStore
 
     path, tag, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    deadline = time.time() + 60
+    deadline = time.time() + 90
     while not go.exists() and time.time() < deadline:
         time.sleep(0.002)
     sig = TaskSignature(("gemm",), ((64, 64),), "float32", "torch", "cpu")
+    other = "b" if tag == "a" else "a"
     with MemoryStore(path) as store:
         experiences, logbook = ExperienceStore(store), Logbook(store)
         for i in range(200):
@@ -272,6 +273,10 @@ WRITER = textwrap.dedent(
             assert new is not None
             logbook.record(f"task-{tag}", verdict="correct", source=f"k_{tag}_{i} = {i}",
                            plan=f"plan {tag} {i}", speedup=1.0 + i / 100)
+            if i % 50 == 49:  # a barrier every 50 rows: both write in each of four rounds
+                (go.parent / f"{tag}.{i}").touch()
+                while not (go.parent / f"{other}.{i}").exists() and time.time() < deadline:
+                    time.sleep(0.002)
         print("recovered:", store.recovered_from)
     """
 )
@@ -306,9 +311,9 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
     assert set(titles) == {f"{tag} {i}" for tag in "ab" for i in range(200)}
     writers = [title[0] for title in titles]
     switches = sum(1 for a, b in itertools.pairwise(writers) if a != b)
-    # On a loaded 2-core machine the scheduler may run each writer in long slices; a few
-    # alternations already mean both held the database open and wrote while the other did.
-    assert switches >= 3, "the two writers did not overlap; the test proved nothing"
+    # Both held the database open throughout, and the barriers make each write in each of four
+    # rounds, so the writers alternate at least four times however the scheduler slices them.
+    assert switches >= 4, "the two writers did not overlap; the test proved nothing"
 
 
 OPENER = textwrap.dedent(

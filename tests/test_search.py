@@ -53,6 +53,12 @@ class ModelNew(nn.Module):
         x = torch.sum(x, dim=1, keepdim=True)
         return x * self.scaling_factor
 """
+# A correct rewrite that is clearly slower (the GEMM three times), so that no timing noise on a
+# loaded machine can make it look faster.
+SLOWER = SAME.replace(
+    "        x = torch.matmul(x, self.weight.T)\n",
+    "        x = sum(torch.matmul(x, self.weight.T) for _ in range(3)) / 3\n",
+)
 CANARY = "sk-ant-api03-CANARY-7f3c9a1e5b2d4c6e8a0b1c2d3e4f5a6b7c8d9e0f1a2b"
 PLAN_SUM = {
     "title": "Sum the weight rows before the GEMM",
@@ -250,9 +256,9 @@ def test_rate_limits_overload_and_timeouts_are_retried(tmp_path):
 def test_the_evaluation_budget_stops_the_search(tmp_path):
     script = Script(
         planner=[plan_reply(PLAN_SAME)],
-        executor=[code_reply(SAME)],
+        executor=[code_reply(SLOWER)],
         summarizer=[SUMMARY],
-        repairer=[code_reply(SAME)],
+        repairer=[code_reply(SLOWER)],
     )
     with ScriptedLLMServer(script) as server:
         done = optimize(
@@ -265,7 +271,9 @@ def test_the_evaluation_budget_stops_the_search(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert "evaluation budget spent" in report["stopped_because"]
-    # The only candidate is correct but not faster: an honest "no improvement".
+    # The only candidate is correct but slower: an honest "no improvement".
+    [only] = report["trajectory"]
+    assert only["verdict"] == "correct" and only["speedup"] < 1.0
     assert report["verdict"] == "no_improvement" and report["output"] is None
     assert report["speedup"] == 1.0
     assert not (tmp_path / "o.py").exists()
