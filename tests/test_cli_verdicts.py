@@ -9,6 +9,7 @@ needs, exit status 1 (0 for correct) and the closing `took` line, with nothing o
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -218,3 +219,48 @@ def test_speedup_follows_from_the_times_shown(tmp_path):
     candidate = _number(r"candidate ([0-9.]+) ms", text)
     speedup = _number(r"speedup ([0-9.]+)x", text)
     assert reference / candidate == pytest.approx(speedup, abs=0.005 + 0.002 * speedup), text
+
+
+CARRIED_MODULE = """\
+import torch
+
+
+def relu_plus_one(x):
+    return torch.clamp_min(x, 0.0) + 1.0
+"""
+
+IMPORTS_CARRIED = """\
+import torch.nn as nn
+from carried_relu import relu_plus_one
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu_plus_one(x)
+"""
+
+
+@pytest.mark.parametrize(
+    "jail", [pytest.param(True, marks=requires_jail), False], ids=["jail", "no-jail"]
+)
+def test_a_candidate_imports_what_pythonpath_carries(tmp_path, jail):
+    """Packages installed with `pip --target` and named by PYTHONPATH (how the GPU image gets
+    wheels it lacks) reach the isolated child too: once they did not, and every triton-gemm
+    candidate failed on a missing module while the parent imported it fine."""
+    carried = tmp_path / "carried"
+    carried.mkdir()
+    (carried / "carried_relu.py").write_text(CARRIED_MODULE)
+    reference, candidate = tmp_path / "reference.py", tmp_path / "candidate.py"
+    reference.write_text(REFERENCE)
+    candidate.write_text(IMPORTS_CARRIED)
+    command = [EXECUTABLE] if EXECUTABLE else [sys.executable, "-m", "agents"]
+    args = ["eval", str(reference), str(candidate), *FAST, *([] if jail else ["--no-jail"])]
+    done = subprocess.run(
+        [*command, *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(carried)},
+    )
+    assert done.stdout.splitlines()[0] == "verdict: correct", done.stdout + done.stderr

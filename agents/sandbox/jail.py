@@ -272,6 +272,15 @@ def python_paths() -> list[str]:
     return kept
 
 
+def pythonpath_entries() -> list[str]:
+    """The parent's PYTHONPATH entries that `python_paths` binds, in import order: `python -I`
+    drops PYTHONPATH, so the child's bootstrap puts them back (packages installed with
+    `pip --target`, as the GPU image's carried wheels are, would otherwise vanish)."""
+    named = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    bound = set(python_paths())
+    return [p for p in sys.path[1:] if p in named and p in bound]
+
+
 def tool_paths() -> list[str]:
     """Outside /usr (bound whole), under /opt only: directories LD_LIBRARY_PATH, CUDA_HOME and
     CUDA_PATH name, and the install prefix of the compilers named by CC, CXX and CUDAHOSTCXX

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from agents.sandbox.jail import project_root
+from agents.sandbox.jail import project_root, pythonpath_entries
 from agents.sandbox.launch import (  # Limits and the helpers live there; kept importable here
     JailUnavailable,
     Launched,
@@ -150,13 +150,17 @@ def run_child(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def child_bootstrap(statement: str) -> str:
+    """The `-c` program of an isolated (`python -I`) child: the project root (argv[1]) and the
+    parent's PYTHONPATH entries go first on its path, then `statement` runs."""
+    return f"import sys; sys.path[0:0] = [sys.argv[1], *{pythonpath_entries()!r}]; {statement}"
+
+
 def _run_in(workdir, request, device, threads, cache, limits, entry, use_jail, cancel, gate, extra):
     nonce = secrets.token_hex(16)
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps({**request, "nonce": nonce}), encoding="utf-8")
-    bootstrap = (
-        f"import sys; sys.path.insert(0, sys.argv[1]); from {entry} import main; main(sys.argv[2:])"
-    )
+    bootstrap = child_bootstrap(f"from {entry} import main; main(sys.argv[2:])")
     package = entry.split(".")[0]
     read_fd, write_fd = os.pipe()
     gate_read, gate_write = os.pipe()

@@ -20,12 +20,9 @@ from pathlib import Path
 
 from agents.sandbox.launch import Launched, LaunchSpec, launch
 from agents.sandbox.peer import Peer, WorkerError
-from agents.sandbox.process import Limits, project_root
+from agents.sandbox.process import Limits, child_bootstrap, project_root
 
-BOOTSTRAP = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from agents.verify.serve import main; main(sys.argv[2:])"
-)
+SERVE = "from agents.verify.serve import main; main(sys.argv[2:])"
 
 
 class WorkerStartFailed(Exception):
@@ -52,7 +49,7 @@ def start_worker(role: str, settings: WorkerSettings, cache_dir: Path | None) ->
         sys.executable,
         "-I",
         "-c",
-        BOOTSTRAP,
+        child_bootstrap(SERVE),
         str(project_root()),
         str(request_read),
         str(reply_write),
