@@ -19,11 +19,16 @@
 #   bash bench/gpu_checks.sh PART [--device cuda|cpu] [--out DIR] [--seconds N]
 #   PART: a, b, c, d, e, f, g, a comma list (a,b,f) or all. --device: cuda (default) or cpu
 #   (tiny sizes and limits; a part that needs CUDA writes "skipped: needs CUDA"). --out: default
-#   ${OUT:-out}/gpu-checks. --seconds: each part's budget (default 540 on cuda, 420 on cpu);
-#   every command gets what is left of it (`timeout`), so a part ends inside it.
-# Output: DIR/PART.json (all a part measured, and what a rerun needs to resume), DIR/PART.log
-# and DIR/summary.md (rewritten by every part from the JSON files there). Run a part again
-# with the same DIR and it skips finished work: tests with an outcome, problems with a row.
+#   ${OUT:-out}/gpu-checks. --seconds: the budget of every part named; by default each part
+#   has its own, on cuda and cpu: a 240, b 270, c 420, d 270, e 270, f 240, g 30 s (1740 s
+#   together, so `all` ends inside 30 minutes and each part inside 9; on cpu `all` takes about
+#   150 s). Every command gets what is left of its part's budget (`timeout`), so a part ends
+#   inside it; a part cut short lists what it left (b's 8 problems on CUDA may need two runs).
+# Output: DIR/PART.json (all a part measured, and what a rerun needs to resume), DIR/PART.log,
+# DIR/a-failures.jsonl (each failed test's reason as it fails: pytest cut by the budget never
+# prints its summary) and DIR/summary.md (rewritten by every part from the JSON files there).
+# A part cut by its budget resumes when run again with the same DIR: it skips finished work
+# (tests with an outcome, problems with a row). The bookkeeping is bench/gpu_checks_report.py.
 # Exit status: 0 passed (or skipped), 1 a check failed (on CUDA a missed target counts),
 # 2 usage or setup error, 3 cut by the budget with no failure so far (run it again to resume).
 # Python: ${PYTHON:-python3}. Packages it lacks come from .whl/ (installed into /tmp/site) and
@@ -57,8 +62,10 @@ case "$device" in cuda|cpu) ;; *) echo "gpu_checks.sh: --device cuda or cpu" >&2
 for part in ${parts//,/ }; do
   case "$part" in a|b|c|d|e|f|g) ;; *) echo "gpu_checks.sh: no part '$part'" >&2; exit 2 ;; esac
 done
-case "$seconds" in "") seconds=$([ "$device" = cuda ] && echo 540 || echo 420) ;;
-  *[!0-9]*) echo "gpu_checks.sh: --seconds takes a number" >&2; exit 2 ;; esac
+case "$seconds" in *[!0-9]*) echo "gpu_checks.sh: --seconds takes a number" >&2; exit 2 ;; esac
+# Each part's default budget: 1740 s together, so `all` ends inside a 30-minute device lease.
+declare -A budget=([a]=240 [b]=270 [c]=420 [d]=270 [e]=270 [f]=240 [g]=30)
+part_seconds() { echo "${seconds:-${budget[$1]}}"; }
 
 # Paths given relative to the caller's folder, before moving to the repository root.
 out=${out:-${OUT:-out}/gpu-checks}
@@ -113,7 +120,8 @@ echo "machine: $machine"
 # Every choice a part makes, for the helper below (env: a rerun picks up the same lists).
 export GC_OUT=$out GC_WORK=$work GC_DEVICE=$device GC_MACHINE=$machine
 if [ "$device" = cuda ]; then
-  export GC_B_PROBLEMS=${GC_B_PROBLEMS:-"01_matmul 03_softmax 08_gelu 11_conv_bias_scale_clamp 17_manual_softmax 20_attention_block 21_residual_conv_block 04_layernorm 13_gemm_divide_sum_scaling 06_maxpool2d 09_gemm_relu 02_conv2d 05_sum_reduction 07_swish 10_gemm_gelu 12_sum_max_mean 14_matmul_sum_max_avgpool_logsumexp 15_gemm_scale_shift 16_conv_scale_shift_relu 18_manual_layernorm 19_mlp_block"}
+  # 8 problems of different kinds (a verdict takes about 27 s fresh, 20 s warm on an H100)
+  export GC_B_PROBLEMS=${GC_B_PROBLEMS:-"01_matmul 03_softmax 08_gelu 11_conv_bias_scale_clamp 13_gemm_divide_sum_scaling 17_manual_softmax 20_attention_block 04_layernorm"}
   export GC_C_ACCURACY=${GC_C_ACCURACY:-01,09,10,15,19}
   export GC_C_PROBLEMS=${GC_C_PROBLEMS:-"13_gemm_divide_sum_scaling 14_matmul_sum_max_avgpool_logsumexp 15_gemm_scale_shift 16_conv_scale_shift_relu 09_gemm_relu 10_gemm_gelu 19_mlp_block 01_matmul 11_conv_bias_scale_clamp"}
   export GC_D_PROBLEMS=${GC_D_PROBLEMS:-"09_gemm_relu 15_gemm_scale_shift 10_gemm_gelu 19_mlp_block 01_matmul"}
@@ -130,452 +138,8 @@ else
   size=() evals=${GC_MAX_EVALS:-2} timing=0.5 parallel=1 d_evals=${GC_D_MAX_EVALS:-1}
 fi
 
-# --- the helper: JSON bookkeeping, checks and summary.md (stdlib Python) ---------------------
-helper() {
-  "$PY" - "$@" << 'PYEOF'
-import glob, json, math, os, re, statistics, sys, time
-from pathlib import Path
-
-OUT, WORK, DEVICE = Path(os.environ["GC_OUT"]), Path(os.environ["GC_WORK"]), os.environ["GC_DEVICE"]
-CUDA = DEVICE == "cuda"
-TITLES = {
-    "a": "CUDA tests (pytest -m cuda)",
-    "b": "fast verdicts (bench/verdict_times.py --pool)",
-    "c": "triton-gemm accuracy and tiles; bench --optimize against torch.compile",
-    "d": "warm against cold tuning memory (bench/self_improvement.py)",
-    "e": "KernelBench-style files (bench tests/kernelbench_style --optimize)",
-    "f": "timing from outside the process against CUDA events (bench/cuda_timing_check.py)",
-    "g": "before/after the e-graph work (c's rows beside bench/figures)",
-}
-TESTS = ["tests/test_triton_gemm.py", "tests/test_tuning_memory.py",
-         "tests/test_conv_tuning.py", "tests/test_cuda.py"]
-
-
-def load(path, default=None):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return default
-
-
-def save(path, data):
-    path = Path(path)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(partial, path)
-
-
-def names(var):
-    return os.environ.get(var, "").split()
-
-
-def fmt(x, spec=".2f", unit=""):
-    return "" if x is None else f"{x:{spec}}{unit}"
-
-
-def geomean(values):
-    values = [v for v in values if v]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
-def kb_paths():
-    """tests/kernelbench_style's files, levels interleaved (1, 2, 3, 1, 2, 3, ...)."""
-    order = lambda p: (int(re.match(r"\d+", p.name).group()) if re.match(r"\d+", p.name) else 10**9, p.name)
-    levels = [sorted(Path(f"tests/kernelbench_style/KernelBench/level{n}").glob("*.py"), key=order)
-              for n in (1, 2, 3)]
-    per = int(os.environ.get("GC_E_PER_LEVEL", "0"))
-    if per == 0:  # the CPU's one file: a level-1 clamp the e-graph folds
-        return [Path("tests/kernelbench_style/KernelBench/level1/10_Clamp_to_a_constant_tensor.py")]
-    levels = [files[:per] for files in levels]
-    return [files[i] for i in range(max(map(len, levels))) for files in levels if i < len(files)]
-
-
-def kb_name(path):
-    return f"{path.parent.name}/{path.stem}" if re.match(r"level\d+$", path.parent.name) else path.stem
-
-
-# --- a: test outcomes from the log (pytest -v), kept in a.json across reruns ---
-OUTCOME = re.compile(r"^(tests/\S+?::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
-REASON = re.compile(r"^(FAILED|ERROR) (tests/\S+)(?: - (.*))?$")
-
-
-def a_state():
-    state = load(OUT / "a.json", {}) or {}
-    tests = dict(state.get("tests", {}))
-    reasons = dict(state.get("reasons", {}))
-    skips = list(state.get("skip_reasons", []))
-    try:
-        log = (OUT / "a.log").read_text(errors="replace").splitlines()
-    except OSError:
-        log = []
-    for line in log:
-        if m := OUTCOME.match(line):
-            tests[m.group(1)] = m.group(2)
-        elif m := REASON.match(line):
-            reasons[m.group(2)] = (m.group(3) or "")[:300]
-        elif line.startswith("SKIPPED [") and line not in skips:
-            skips.append(line[:300])
-    collected = [l.strip() for l in (WORK / "a-collected.txt").read_text().splitlines()
-                 if "::" in l] if (WORK / "a-collected.txt").exists() else state.get("collected", [])
-    return {"collected": collected, "tests": tests, "reasons": reasons, "skip_reasons": skips}
-
-
-def a_pending():
-    s = a_state()
-    return [t for t in s["collected"] if t not in s["tests"]]
-
-
-def a_finish(prev):
-    s = a_state()
-    lines, fail, target = [], [], []
-    counts = {}
-    for t in s["collected"]:
-        counts[s["tests"].get(t, "not run")] = counts.get(s["tests"].get(t, "not run"), 0) + 1
-    lines.append(f"{len(s['collected'])} collected: " + ", ".join(f"{n} {k.lower()}" for k, n in sorted(counts.items())))
-    for t, outcome in s["tests"].items():
-        if outcome in ("FAILED", "ERROR", "XPASS"):
-            fail.append(f"{outcome} {t}: {s['reasons'].get(t, 'see a.log')}")
-    warn = [f"skipped on CUDA: {line}" for line in s["skip_reasons"]] if CUDA else []
-    pending = [t for t in s["collected"] if t not in s["tests"]]
-    if not s["collected"]:
-        fail.append("no test was collected (see a.log)")
-    return {**s}, lines, fail, target, warn, pending
-
-
-# --- b: verdict times, rows merged from each run's file ---
-def b_rows(prev):
-    rows = {(r["problem"], r["reference_worker"]): r for r in prev.get("rows", [])}
-    for r in (load(WORK / "b-run.json", {}) or {}).get("rows", []):
-        rows[(r["problem"], r["reference_worker"])] = r
-    return list(rows.values())
-
-
-def b_pending():
-    prev = load(OUT / "b.json", {}) or {}
-    done = {r["problem"] for r in b_rows(prev) if r["reference_worker"] == "warm"}
-    return [p for p in names("GC_B_PROBLEMS") if p not in done]
-
-
-def b_finish(prev):
-    rows = b_rows(prev)
-    order = {p: i for i, p in enumerate(names("GC_B_PROBLEMS"))}
-    rows.sort(key=lambda r: (order.get(r["problem"], 99), r["reference_worker"]))
-    lines, fail, target, warn = [], [], [], []
-    for label in ("fresh", "warm"):
-        walls = [(r["wall_s"], r["problem"]) for r in rows if r["reference_worker"] == label]
-        if walls:
-            worst = max(walls)
-            lines.append(f"{label} reference worker: {len(walls)} verdicts, median {statistics.median(w for w, _ in walls):.2f} s, "
-                         f"max {worst[0]:.2f} s ({worst[1]})")
-    aa = [r["aa"] for r in rows if r.get("aa")]
-    if aa:
-        lines.append(f"A/A speedup: median {statistics.median(aa):.3f}, range {min(aa):.3f}-{max(aa):.3f}")
-    lines += ["", "| problem | worker | verdict | wall s | start | build | run | measure | A/A |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in rows:
-        ph = r.get("phase_s") or {}
-        lines.append(f"| {r['problem']} | {r['reference_worker']} | {r['verdict']} | {r['wall_s']:.2f} | "
-                     + " | ".join(fmt(ph.get(k), ".2f") for k in ("start", "build", "run", "measure"))
-                     + f" | {fmt(r.get('aa'), '.3f')} |")
-        if r["verdict"] != "correct":
-            fail.append(f"{r['problem']} ({r['reference_worker']}): the A/A verdict is {r['verdict']}, not correct")
-        elif r.get("aa") and not 0.9 <= r["aa"] <= 1.1:
-            warn.append(f"{r['problem']} ({r['reference_worker']}): A/A {r['aa']:.3f}, outside 0.9-1.1")
-    fresh = [r for r in rows if r["reference_worker"] == "fresh"]
-    if CUDA and fresh:
-        median = statistics.median(r["wall_s"] for r in fresh)
-        if median >= 15:
-            target.append(f"median fresh verdict {median:.2f} s, target under 15 s")
-        for r in fresh:
-            if r["wall_s"] > 40:
-                target.append(f"{r['problem']}: verdict in {r['wall_s']:.2f} s, target at most 40 s")
-    return {"rows": rows}, lines, fail, target, warn, b_pending()
-
-
-# --- c and e: bench --optimize reports; c also the accuracy table ---
-def optimize_lines(report, wanted):
-    rows = {r["problem"]: r for r in (report or {}).get("rows", [])}
-    lines = ["| problem | verdict | answer | eager ms | compile ms | ours ms | ours/eager | ours/compile | evals | wall s | passes |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    fail, warn = [], []
-    for name in wanted:
-        r = rows.get(name)
-        if r is None:
-            continue
-        lines.append(f"| {name} | {r['verdict']} | {r.get('answer') or ''} | {fmt(r.get('eager_ms'), '.3f')} | "
-                     f"{fmt(r.get('compile_ms'), '.3f')} | {fmt(r.get('agent_ms'), '.3f')} | {fmt(r.get('speedup'), '.2f', 'x')} | "
-                     f"{fmt(r.get('vs_compile'), '.2f', 'x')}{' (derived)' if r.get('vs_compile_derived') else ''} | "
-                     f"{r.get('evaluations', '')} | {fmt(r.get('wall_s'), '.0f')} | {' → '.join(r.get('methods') or [])} |")
-        if r["verdict"] == "error":
-            fail.append(f"{name}: error: {r.get('error') or '; '.join(r.get('notes') or [])}")
-        elif r["verdict"] == "correct" and (r.get("speedup") or 0) < 1:
-            fail.append(f"{name}: returned {r['speedup']:.2f}x, slower than the original")
-        if r["verdict"] != "error" and r.get("vs_compile") is not None and r["vs_compile"] < 0.95:
-            fail.append(f"{name}: the answer is {r['vs_compile']:.2f}x of torch.compile (slower than compile)")
-        for note in r.get("notes") or []:
-            if note.startswith("torch.compile"):
-                warn.append(f"{name}: {note[:300]}")
-    done = [rows[n] for n in wanted if n in rows and rows[n]["verdict"] != "error"]
-    if done:
-        ge = geomean([r.get("speedup") for r in done])
-        gc = geomean([r.get("vs_compile") for r in done])
-        gce = geomean([r.get("compile_speedup") for r in done])
-        lines.append("")
-        lines.append(f"geomean over eager {fmt(ge, '.2f', 'x')}, over torch.compile {fmt(gc, '.2f', 'x')} "
-                     f"(torch.compile over eager {fmt(gce, '.2f', 'x')}) on {len(done)} problems")
-    pending = [n for n in wanted if n not in rows or rows[n]["verdict"] == "error"]
-    return lines, fail, warn, pending
-
-
-def accuracy_pending():
-    acc = (load(WORK / "c-accuracy.json", {}) or {}).get("problems", {})
-    want = [p for p in os.environ.get("GC_C_ACCURACY", "").split(",") if p]
-    found = {Path(p).stem for p in glob.glob("bench/problems/*.py")}
-    names_ = sorted(n for n in found if n.startswith(tuple(want))) if want else []
-    keys = ("eager", "tf32x3", "tf32", "ieee")
-    return [n for n in names_ if not all(k in acc.get(n, {}) and "error" not in acc[n][k] for k in keys)
-            and "error" not in acc.get(n, {})], names_
-
-
-def c_pending():
-    report = load(WORK / "c-optimize.json", {})
-    return optimize_lines(report, names("GC_C_PROBLEMS"))[3]
-
-
-def c_finish(prev):
-    accuracy = load(WORK / "c-accuracy.json", None) or prev.get("accuracy")
-    report = load(WORK / "c-optimize.json", None) or prev.get("optimize")
-    lines, fail, target, warn = [], [], [], []
-    acc_pending, acc_names = accuracy_pending()
-    if not CUDA:
-        lines.append("triton_gemm_accuracy.py skipped: needs CUDA")
-    elif accuracy:
-        lines += ["triton-gemm kernels against fp32 eager and float64 (band ratio: within the verifier's band at <= 1):", "",
-                  "| problem | eager ms | tf32x3 x | tf32x3 band | tf32x3 max rel | tf32 x | tf32 band | ieee x | ieee band | first call s | tiles (tf32x3) |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-        for name in acc_names:
-            e = accuracy.get("problems", {}).get(name)
-            if not e:
-                continue
-            if "error" in e:
-                fail.append(f"{name}: triton_gemm_accuracy error: {e['error']}")
-                continue
-            t3, t1, ie = e.get("tf32x3", {}), e.get("tf32", {}), e.get("ieee", {})
-            lines.append(f"| {name} | {fmt(e.get('eager', {}).get('ms'), '.3f')} | {fmt(t3.get('speedup_over_eager'), '.2f', 'x')} | "
-                         f"{fmt(t3.get('band_ratio'), '.3f')} | {fmt(t3.get('max_rel_error'), '.2e')} | "
-                         f"{fmt(t1.get('speedup_over_eager'), '.2f', 'x')} | {fmt(t1.get('band_ratio'), '.3f')} | "
-                         f"{fmt(ie.get('speedup_over_eager'), '.2f', 'x')} | {fmt(ie.get('band_ratio'), '.3f')} | "
-                         f"{t3.get('first_call_s', '')} | {'; '.join(t3.get('tiles') or []) or t3.get('error', '')} |")
-            if "error" in t3:
-                fail.append(f"{name}: the tf32x3 kernel: {t3['error']}")
-            elif "within_band" in t3:
-                if not t3["within_band"]:
-                    fail.append(f"{name}: accuracy miss: tf32x3 outside the float64 band (ratio {t3.get('band_ratio', 0):.3f})")
-                if (t3.get("speedup_over_eager") or 0) < 1.8:
-                    target.append(f"{name}: tf32x3 {t3.get('speedup_over_eager', 0):.2f}x over eager, below the 1.8x expected")
-        lines.append("")
-    opt_lines, opt_fail, opt_warn, pending = optimize_lines(report, names("GC_C_PROBLEMS"))
-    lines += ["bench --optimize:", ""] + opt_lines
-    return ({"accuracy": accuracy, "optimize": report}, lines, fail + opt_fail, target, warn + opt_warn,
-            (acc_pending if CUDA else []) + pending)
-
-
-def e_pending():
-    return optimize_lines(load(WORK / "e-optimize.json", {}), [kb_name(p) for p in kb_paths()])[3]
-
-
-def e_finish(prev):
-    report = load(WORK / "e-optimize.json", None) or prev.get("optimize")
-    lines, fail, warn, pending = optimize_lines(report, [kb_name(p) for p in kb_paths()])
-    return {"optimize": report}, lines, fail, [], warn, pending
-
-
-# --- d: one self_improvement report per problem ---
-def d_runs(prev):
-    runs = dict(prev.get("runs", {}))
-    for path in WORK.glob("d-*.json"):
-        report = load(path)
-        if report and report.get("cold"):
-            runs[report["cold"][0]["problem"]] = report
-    return runs
-
-
-def d_pending():
-    runs = d_runs(load(OUT / "d.json", {}) or {})
-    return [p for p in names("GC_D_PROBLEMS") if p not in runs]
-
-
-def d_finish(prev):
-    runs = d_runs(prev)
-    lines = ["| problem | cold: to best / evals | cold speedup | cold tuning s | warm: to best / evals | warm speedup | warm tuning s | s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    fail, target, warn = [], [], []
-    cold_t = warm_t = 0.0
-    for name in names("GC_D_PROBLEMS"):
-        report = runs.get(name)
-        if not report:
-            continue
-        c, w = report["cold"][0], report["warm"][0]
-        cold_t, warm_t = cold_t + c["tuning_s"], warm_t + w["tuning_s"]
-        lines.append(f"| {name} | {c['evaluations_to_best']} / {c['evaluations']} | {c['speedup']:.2f}x | {c['tuning_s']:.1f} | "
-                     f"{w['evaluations_to_best']} / {w['evaluations']} | {w['speedup']:.2f}x | {w['tuning_s']:.1f} | {report['total_s']:.0f} |")
-        for label, row in (("cold", c), ("warm", w)):
-            if row["verdict"] == "error":
-                fail.append(f"{name} ({label}): error")
-        if CUDA and c["tuning_s"] > 0 and w["tuning_s"] >= c["tuning_s"]:
-            target.append(f"{name}: warm tuning {w['tuning_s']:.1f} s, not below cold {c['tuning_s']:.1f} s")
-        if w["speedup"] < 0.9 * c["speedup"]:
-            warn.append(f"{name}: warm speedup {w['speedup']:.2f}x below cold {c['speedup']:.2f}x")
-    if runs:
-        lines += ["", f"triton-gemm compile and autotune seconds, summed: cold {cold_t:.1f}, warm {warm_t:.1f}"]
-    return {"runs": runs}, lines, fail, target, warn, d_pending()
-
-
-# --- f: outside against events ---
-def f_pending():
-    done = {r["problem"] for r in (load(WORK / "f-run.json", {}) or {}).get("rows", [])}
-    return [p for p in names("GC_F_PROBLEMS") if p not in done]
-
-
-def f_finish(prev):
-    data = load(WORK / "f-run.json", None) or prev.get("timing") or {"rows": []}
-    rows = data.get("rows", [])
-    lines = ["| problem | verdict | outside ms | events ms | ratio | A/A | verdict s | start s | run s |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    fail, target, warn = [], [], []
-    for r in rows:
-        ph = r.get("phase_s") or {}
-        lines.append(f"| {r['problem']} | {r['verdict']} | {fmt(r.get('outside_ms'), '.4f')} | {fmt(r.get('events_ms'), '.4f')} | "
-                     f"{fmt(r.get('ratio'), '.3f')} | {fmt(r.get('aa'), '.3f')} | {fmt(r.get('elapsed_s'), '.0f')} | "
-                     f"{fmt(ph.get('start'), '.1f')} | {fmt(ph.get('run'), '.1f')} |")
-        if r["verdict"] != "correct":
-            fail.append(f"{r['problem']}: A/A verdict {r['verdict']}: {'; '.join(r.get('reasons') or [])[:300]}")
-        elif r.get("aa") and not 0.95 <= r["aa"] <= 1.05:
-            warn.append(f"{r['problem']}: A/A {r['aa']:.3f}, outside 0.95-1.05")
-        if r.get("ratio") and r["ratio"] > 1.05:
-            warn.append(f"{r['problem']}: outside/events {r['ratio']:.3f}, over 1.05")
-    ratios = [r["ratio"] for r in rows if r.get("ratio")]
-    if ratios:
-        median = statistics.median(ratios)
-        lines += ["", f"median outside/events {median:.3f} over {len(ratios)} problems"]
-        if median > 1.05:
-            target.append(f"median outside/events ratio {median:.3f}, target at most 1.05")
-    return {"timing": data}, lines, fail, target, warn, f_pending()
-
-
-# --- g: before/after from c.json and the figures ---
-def g_finish(prev):
-    c = load(OUT / "c.json", {}) or {}
-    after = {r["problem"]: r for r in (c.get("optimize") or {}).get("rows", [])}
-    if not after:
-        return {}, ["skipped: no bench --optimize rows in c.json (run part c first)"], [], [], [], []
-    kind = "h200" if CUDA else "cpu"
-    files = sorted(glob.glob(f"bench/figures/optimize-{kind}-*.json"), key=lambda f: (len(f), f))
-    if not CUDA:  # the full CPU table first, the single-problem reruns over it
-        files = sorted(files, key=lambda f: (not f.endswith("-12-03.json"), f))
-    before = {}
-    for f in files:
-        for r in (load(f, {}) or {}).get("rows", []):
-            before[r["problem"]] = {**r, "file": f}
-    lines = [f"before: {', '.join(sorted({Path(r['file']).name for r in before.values()})) or 'no figures'}; after: c.json",
-             "", "| problem | before: verdict | ours/eager | ours/compile | passes | after: verdict | ours/eager | ours/compile | passes | after/before |",
-             "| --- | --- | ---: | ---: | --- | --- | ---: | ---: | --- | ---: |"]
-    warn, table = [], []
-    for name in names("GC_C_PROBLEMS"):
-        a, b = after.get(name), before.get(name)
-        if a is None:
-            continue
-        ratio = (a.get("speedup") or 0) / b["speedup"] if b and b.get("speedup") else None
-        table.append({"problem": name, "before": {k: b.get(k) for k in ("verdict", "speedup", "vs_compile", "methods", "file")} if b else None,
-                      "after": {k: a.get(k) for k in ("verdict", "speedup", "vs_compile", "methods", "answer")}, "after_over_before": ratio})
-        bcol = (f"{b['verdict']} | {fmt(b.get('speedup'), '.2f', 'x')} | {fmt(b.get('vs_compile'), '.2f', 'x')} | {' → '.join(b.get('methods') or [])}"
-                if b else " | | | ")
-        lines.append(f"| {name} | {bcol} | {a['verdict']} | {fmt(a.get('speedup'), '.2f', 'x')} | {fmt(a.get('vs_compile'), '.2f', 'x')} | "
-                     f"{' → '.join(a.get('methods') or [])} | {fmt(ratio, '.2f', 'x')} |")
-        if ratio is not None and ratio < 0.9:
-            warn.append(f"{name}: after {a.get('speedup', 0):.2f}x, before {b['speedup']:.2f}x over eager")
-    return {"table": table}, lines, [], [], warn, []
-
-
-FINISH = {"a": a_finish, "b": b_finish, "c": c_finish, "d": d_finish, "e": e_finish, "f": f_finish, "g": g_finish}
-PENDING = {"a": a_pending, "b": b_pending, "c": c_pending, "d": d_pending, "e": e_pending, "f": f_pending,
-           "c-acc": lambda: accuracy_pending()[0], "e-paths": lambda: [str(p) for p in kb_paths() if kb_name(p) in e_pending()]}
-
-
-def write_summary():
-    parts = [(p, load(OUT / f"{p}.json")) for p in "abcdefg"]
-    text = ["# GPU checks", "", f"`bash bench/gpu_checks.sh`, out folder `{OUT}`; updated "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
-    for p, data in parts:
-        if not data:
-            continue
-        text += [f"## {p}: {TITLES[p]}: {data['status'].upper()}", "",
-                 f"- device {data['device']}; machine: {data['machine']}; {data['seconds']:.0f} s in this part's runs"]
-        text += [f"- **FAIL** {x}" for x in data.get("fail", [])]
-        text += [f"- **TARGET MISSED** {x}" for x in data.get("target", [])]
-        text += [f"- note: {x}" for x in data.get("warn", [])]
-        if data.get("pending"):
-            text.append(f"- not finished ({len(data['pending'])}): {', '.join(data['pending'][:12])}"
-                        f"{' ...' if len(data['pending']) > 12 else ''}; run the part again with the same --out to resume")
-        text += [""] + data.get("lines", []) + [""]
-        if data.get("commands"):
-            text += ["Commands:", ""] + [f"    {c}" for c in data["commands"]] + [""]
-    save_text = "\n".join(text) + "\n"
-    (OUT / "summary.md").write_text(save_text)
-
-
-def main():
-    cmd, part = sys.argv[1], sys.argv[2]
-    if cmd == "pending":
-        items = PENDING[part]()
-        if items:
-            print("\n".join(items))
-        return 0
-    if cmd == "restore":  # a tool's own resume file, from the part's JSON
-        prev = load(OUT / f"{part}.json", {}) or {}
-        for key, name in {"c": [("accuracy", "c-accuracy.json"), ("optimize", "c-optimize.json")],
-                          "e": [("optimize", "e-optimize.json")], "f": [("timing", "f-run.json")]}.get(part, []):
-            if prev.get(key) and not (WORK / name).exists():
-                save(WORK / name, prev[key])
-        return 0
-    prev = load(OUT / f"{part}.json", {}) or {}
-    elapsed = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
-    if cmd == "skip":
-        data = {"part": part, "status": "skipped", "lines": [f"skipped: {sys.argv[4]}"]}
-        code = 0
-    else:
-        body, lines, fail, target, warn, pending = FINISH[part](prev)
-        if not CUDA:  # the GPU targets mean nothing at the CPU's tiny sizes
-            warn, target = warn + [f"(GPU target, not checked on the CPU) {t}" for t in target], []
-        status = "failed" if fail or target else "incomplete" if pending else "passed"
-        if part == "g" and not body:
-            status = "skipped"
-        data = {"part": part, "status": status, "fail": fail, "target": target, "warn": warn,
-                "pending": pending, "lines": lines, **body}
-        code = {"failed": 1, "incomplete": 3}.get(status, 0)
-    commands = list(prev.get("commands", []))
-    if (WORK / f"{part}-commands.txt").exists():
-        commands += [c for c in (WORK / f"{part}-commands.txt").read_text().splitlines() if c]
-    data.update(device=DEVICE, machine=os.environ.get("GC_MACHINE", ""), commands=commands,
-                seconds=prev.get("seconds", 0.0) + elapsed,
-                updated=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    save(OUT / f"{part}.json", data)
-    write_summary()
-    print(f"part {part}: {data['status']}")
-    for label, items in (("FAIL", data.get("fail", [])), ("TARGET MISSED", data.get("target", [])),
-                         ("note", data.get("warn", []))):
-        for item in items:
-            print(f"  {label}: {item}")
-    if data.get("pending"):
-        print(f"  not finished: {' '.join(data['pending'])}")
-    for line in data.get("lines", []):
-        print(f"  {line}")
-    return code
-
-
-sys.exit(main())
-PYEOF
-}
+# --- the helper: JSON bookkeeping, checks and summary.md (stdlib Python; run from the root) ---
+helper() { "$PY" bench/gpu_checks_report.py "$@"; }
 
 # --- running the tools -----------------------------------------------------------------------
 left() { echo $((deadline - SECONDS)); }
@@ -612,8 +176,9 @@ part_a() {
     tests/test_tuning_memory.py tests/test_conv_tuning.py tests/test_cuda.py \
     > "$work/a-collected.txt" 2>> "$log"
   mapfile -t pending < <(helper pending a)
-  [ ${#pending[@]} -eq 0 ] || run a "$log" "$PY" -m pytest -v -rfEs -p no:cacheprovider -m cuda \
-    "${pending[@]}"
+  # each failure's reason as it happens (tests/conftest.py): a cut run prints no -rfE summary
+  [ ${#pending[@]} -eq 0 ] || KERNEL_AGENT_FAILURE_LOG=$out/a-failures.jsonl run a "$log" \
+    "$PY" -m pytest -v -rfEs -p no:cacheprovider -m cuda "${pending[@]}"
   finish a
 }
 
@@ -688,8 +253,9 @@ part_g() { finish g; }
 
 status=0
 for part in ${parts//,/ }; do
-  echo "=== part $part: device $device, budget $seconds s, out $out"
-  part_start=$SECONDS started_at=$(date +%s) deadline=$((SECONDS + seconds))
+  part_budget=$(part_seconds "$part")
+  echo "=== part $part: device $device, budget $part_budget s, out $out"
+  part_start=$SECONDS started_at=$(date +%s) deadline=$((SECONDS + part_budget))
   rm -f "$work/$part-commands.txt" "$work/b-run.json"
   "part_$part"
   rc=$?

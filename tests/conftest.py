@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -34,6 +35,29 @@ FAST = EvalOptions(
 requires_jail = pytest.mark.skipif(
     find_jail() is None, reason="bubblewrap is not installed or cannot run here"
 )
+
+
+def failure_reason(report: pytest.TestReport) -> str:
+    """What -rfE would print: the crash message, else the report's last non-blank line; one
+    line of at most 300 characters."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and crash.message:
+        text = crash.message
+    else:
+        lines = [line for line in report.longreprtext.splitlines() if line.strip()]
+        text = lines[-1] if lines else ""
+    return " ".join(text.split())[:300]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """One JSON line per failed test phase in $KERNEL_AGENT_FAILURE_LOG, written as it fails
+    (bench/gpu_checks.sh part a sets it). Why: a run cut by a timeout never prints its summary."""
+    path = os.environ.get("KERNEL_AGENT_FAILURE_LOG")
+    if path and report.failed:
+        record = {"nodeid": report.nodeid, "when": report.when, "reason": failure_reason(report)}
+        with open(path, "a") as log:
+            log.write(json.dumps(record) + "\n")
+            log.flush()
 
 
 def run_eval(problem: str | Path, candidate: str | Path | SourceFile, **overrides) -> EvalResult:
