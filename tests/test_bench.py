@@ -110,6 +110,7 @@ def test_bench_command_writes_json_and_plot(tmp_path):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.long  # a bench run end to end: test-all
 def test_bench_compares_torch_compile_with_eager():
     done = _bench(
         str(PROBLEMS / "linear_relu.py"), "--threads", "1", "--timing-budget", "0.3", timeout=300
@@ -193,6 +194,7 @@ def test_parts_of_a_split_optimize_run_merge_into_one_table(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
 
 
+@pytest.mark.long  # bench --optimize end to end: test-all
 @pytest.mark.slow
 def test_bench_optimize_runs_the_offline_optimizer_and_says_where_time_went(tmp_path):
     """`bench DIR --optimize` end to end: baselines, the offline search, the head-to-head run,

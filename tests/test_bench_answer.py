@@ -80,6 +80,7 @@ def test_a_compiler_answer_counts_one_over_compile_in_the_summary():
     assert old.answer == ""  # a report from before the choice loads as it was
 
 
+@pytest.mark.long  # a max-autotune build end to end: test-all
 def test_the_max_autotune_baseline_is_built_and_judged_like_any_candidate():
     reference = SourceFile.from_path(
         ROOT / "tests" / "kernelbench_style" / "KernelBench" / "level1" / "6_Matrix_scalar_"

@@ -223,6 +223,7 @@ def test_resume_refuses_another_setup_or_kind_in_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
 
 
+@pytest.mark.long  # bench --optimize over a suite: test-all
 @requires_jail
 @pytest.mark.slow
 def test_bench_optimize_keeps_going_and_keeps_every_time(tmp_path):

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from agents.display import plural
 from memory.experiences import Experience, ExperienceStore, TaskSignature
 from memory.store import MemoryStore
 from tests.conftest import PROBLEMS, ROOT, requires_jail
@@ -172,3 +173,11 @@ def test_optimize_reports_one_speedup_in_words_without_wrapping(tmp_path):
     searched = max(point["best_speedup"] for point in report["trajectory"])
     mentioned = f"the search's own best measurement was {searched:.2f}x" in done.stdout
     assert mentioned == (f"{searched:.2f}" != verified.group(1)), done.stdout
+
+
+def test_counts_in_words_take_the_right_plural():
+    """The server's outcome lines and the CLI count with `plural`: never "1 candidates"."""
+    assert plural(1, "candidate") == "1 candidate"
+    assert plural(0, "evaluation") == "0 evaluations"
+    assert plural(2, "candidate") == "2 candidates"
+    assert plural(3, "child", "children") == "3 children"

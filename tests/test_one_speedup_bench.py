@@ -200,6 +200,7 @@ def test_reports_saved_before_the_times_render_and_merge_with_new_ones(tmp_path)
     assert rows["level1/1_measured"]["vs_compile_derived"] is False
 
 
+@pytest.mark.long  # a bench --optimize run end to end: test-all
 @pytest.mark.slow
 def test_a_measured_row_keeps_the_times_behind_its_ratios(tmp_path):
     """`bench --optimize` end to end on one problem: each ratio in the JSON row is the

@@ -80,6 +80,7 @@ async def test_a_finished_job_shows_one_speedup_everywhere(client: LanguageClien
     assert candidates and not [m for m in candidates if any(v in m for v in RAW_VERDICTS)]
 
 
+@pytest.mark.long  # a whole optimize job over LSP: test-all
 @pytest.mark.slow
 async def test_an_outcome_counts_in_words_with_right_plurals(client: LanguageClient, tmp_path):  # noqa: F811
     """One evaluation on a sum the offline passes cannot beat on a CPU: the notification
@@ -95,6 +96,7 @@ async def test_an_outcome_counts_in_words_with_right_plurals(client: LanguageCli
     outcome = ("no verified improvement", "rewrite ready")
     said = await wait_for(
         lambda: next((m.message for m in lsp.messages if any(o in m.message for o in outcome)), 0),
+        timeout=450,  # a profile, a torch.compile candidate and its confirmation, under load
         what="the job's outcome",
     )
     evaluations = int(_finished_event(lsp)["evaluations"])

@@ -83,6 +83,7 @@ def test_offline_optimize_refuses_a_file_without_model(tmp_path):
     assert "Model" in message and "Traceback" not in done.stderr
 
 
+@pytest.mark.long  # the Ray backend end to end: test-all
 @pytest.mark.slow
 def test_offline_optimize_runs_unchanged_on_the_ray_backend(tmp_path):
     """The same search, its candidates judged as Ray tasks on a local Ray the CLI starts."""
