@@ -15,7 +15,7 @@ import pytest
 from agents.evalpool import LocalPool
 from agents.evaluate import EvalOptions, evaluate
 from agents.sandbox.jail import find_jail
-from agents.sandbox.process import Limits
+from agents.sandbox.process import BOOTSTRAP_PREFIX, Limits
 from agents.task import SourceFile
 from agents.verify.verdict import EvalResult
 
@@ -73,7 +73,7 @@ def candidate_source(text: str, name: str = "candidate.py") -> SourceFile:
     return SourceFile(text=text, path=f"/virtual/{name}")
 
 
-SANDBOX_MARK = b"sys.path.insert(0, sys.argv[1]); from "  # every sandboxed child's bootstrap
+SANDBOX_MARK = BOOTSTRAP_PREFIX.encode()  # every sandboxed child's bootstrap
 
 
 def _start_ticks(pid: int | str) -> int:

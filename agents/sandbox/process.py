@@ -150,10 +150,14 @@ def run_child(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+BOOTSTRAP_PREFIX = "import sys; sys.path[0:0] = [sys.argv[1], *"
+"""How every sandboxed child's command line begins (tests find leaked children by it)."""
+
+
 def child_bootstrap(statement: str) -> str:
     """The `-c` program of an isolated (`python -I`) child: the project root (argv[1]) and the
     parent's PYTHONPATH entries go first on its path, then `statement` runs."""
-    return f"import sys; sys.path[0:0] = [sys.argv[1], *{pythonpath_entries()!r}]; {statement}"
+    return f"{BOOTSTRAP_PREFIX}{pythonpath_entries()!r}]; {statement}"
 
 
 def _run_in(workdir, request, device, threads, cache, limits, entry, use_jail, cancel, gate, extra):
