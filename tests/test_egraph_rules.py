@@ -44,17 +44,29 @@ def test_every_rule_has_a_property() -> None:
     assert len(NAMES) == len(set(NAMES)), "two rules share a name"
 
 
-@pytest.mark.parametrize("name", NAMES)
-@settings(
-    max_examples=15,
-    deadline=None,
-    database=None,
+RULE_SETTINGS: dict[str, Any] = {
+    "deadline": None,
+    "database": None,
     # no shrinking: a failure reports the example as drawn, at once (values come from a seed)
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+    "phases": [Phase.explicit, Phase.reuse, Phase.generate],
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=6, **RULE_SETTINGS)
 @given(data=st.data())
 def test_rule_is_sound(name: str, data: st.DataObject) -> None:
+    """`make test`: six fresh instances per rule on every run (the draws differ run to run)."""
+    run_check(name, INSTANCES[name](Builder(data.draw)))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=15, **RULE_SETTINGS)
+@given(data=st.data())
+def test_rule_is_sound_on_more_instances(name: str, data: st.DataObject) -> None:
+    """`make test-all`: fifteen more per rule."""
     run_check(name, INSTANCES[name](Builder(data.draw)))
 
 
