@@ -38,7 +38,7 @@ demo: setup
 # that look at every process on the machine (marked serial) run after, alone. The long runs
 # (whole suites end to end, full fuzzers, throughput) are test-all's.
 test: setup
-	$(BIN)/python -m pytest -q -n 2 -m "not long and not serial"
+	$(BIN)/python -m pytest -q -n 2 -m "not long and not serial" --durations=10
 	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not long"
 
 # Everything: make test's tests, the long runs, then bench/gpu_checks.sh's CPU-runnable parts
