@@ -532,12 +532,20 @@ def test_as_a_normal_user_the_jail_holds_too(tmp_path):
     python = shutil.which("python3", path="/usr/bin")
     if python is None:
         pytest.skip("no system /usr/bin/python3 to run as another user")
-    shim = Path(tempfile.mkdtemp(prefix="jail-user-shim-"))  # pyseccomp alone, for that Python
+    # Copies that uid can read wherever the checkout and venv live (a 0700 folder, as CI's
+    # clone in a mktemp folder is): the agents package, and pyseccomp alone for that Python.
+    shim = Path(tempfile.mkdtemp(prefix="jail-user-shim-"))
+    shutil.copytree(
+        jail_module.project_root() / "agents",
+        shim / "agents",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     spec = importlib.util.find_spec("pyseccomp")
     if spec is not None and spec.origin:
-        (shim / "pyseccomp.py").symlink_to(spec.origin)
-    shim.chmod(0o755)
-    argv = [python, "-I", "-c", USER_DRIVER, str(jail_module.project_root()), str(shim)]
+        shutil.copyfile(spec.origin, shim / "pyseccomp.py")
+    for path in [shim, *shim.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    argv = [python, "-I", "-c", USER_DRIVER, str(shim), str(shim)]
     try:
         done = subprocess.run(
             [*argv, USER_PAYLOAD],
