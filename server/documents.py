@@ -129,6 +129,7 @@ class Document:
         self.tree: Tree = self._parser.parse(text.encode("utf-8"))
         self._dirty: Dirty | None = None
         self._reparsed = True  # the whole tree is new: analyse everything
+        self._edited = False  # reparsed incrementally since the tree was last settled
         self.analysis: object | None = None  # the server's incremental analysis of it
 
     @property
@@ -138,7 +139,24 @@ class Document:
 
     @property
     def root(self) -> Node:
+        self._settle()
         return self.tree.root_node
+
+    def _settle(self) -> None:
+        """Make the tree the one a fresh open of this text builds. tree-sitter recovers
+        from a syntax error differently when it reparses with an old tree (a class it can
+        reuse whole stays a class), so an edited tree with errors is parsed again from
+        scratch, once per analysis rather than per keystroke, and what that changed joins
+        the dirty region. A tree without errors is the same either way."""
+        if not self._edited:
+            return
+        self._edited = False
+        if not self.tree.root_node.has_error:
+            return
+        fresh = self._parser.parse(self.text.encode("utf-8"))
+        if self._dirty is not None:
+            self._add_changed_ranges(self.tree, fresh)
+        self.tree = fresh
 
     @property
     def source_bytes(self) -> bytes:
@@ -165,6 +183,7 @@ class Document:
     def take_dirty(self) -> Dirty | bool | None:
         """What changed since the last call: a `Dirty`, None for nothing, or True when the
         tree was rebuilt whole (open, full-text change)."""
+        self._settle()
         if self._reparsed:
             self._reparsed, self._dirty = False, None
             return True
@@ -175,7 +194,7 @@ class Document:
         old_count = len(self._lines)
         self.text, self.version, self._lines = text, version, text.split("\n")
         self.tree = self._parser.parse(text.encode("utf-8"))
-        self._reparsed, self._dirty = True, None
+        self._reparsed, self._dirty, self._edited = True, None, False
         return LineEdit(0, max(old_count - 1, 0), len(self._lines) - old_count)
 
     def apply(
@@ -221,6 +240,7 @@ class Document:
             new_end_point=new_end_point,
         )
         self.tree = self._parser.parse(self.text.encode("utf-8"), old_tree)
+        self._edited = True
         if not self._reparsed:
             self._note_change(
                 (start_byte, old_end_byte, new_end_byte),
@@ -239,7 +259,11 @@ class Document:
             self._dirty.row_delta = rows[2] - rows[1]
         else:
             self._dirty.add_edit(start, old_end, new_end, rows)
-        for changed in old_tree.changed_ranges(self.tree):
+        self._add_changed_ranges(old_tree, self.tree)
+
+    def _add_changed_ranges(self, old_tree: Tree, new_tree: Tree) -> None:
+        assert self._dirty is not None
+        for changed in old_tree.changed_ranges(new_tree):
             self._dirty.add_range(
                 changed.start_byte,
                 changed.end_byte,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.lsp_fuzz import RawServer, code_lenses, open_document
@@ -157,6 +157,12 @@ def diagnostics(server: RawServer, uri: str, version: int) -> list[dict[str, Any
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(script=edit_scripts())
+@example(  # typed in, this kept `Model` a target; opened fresh, the text has none
+    script=(
+        SEEDS[0],
+        [(520, 520, "(class Block(Model):\n    pass\n"), (656, 656, ":\n"), (328, 367, "")],
+    )
+)
 def test_random_edits_match_a_fresh_read(server: RawServer, script) -> None:
     text, edits = script
     n = next(URIS)
