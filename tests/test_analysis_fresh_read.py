@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 
 from server.analysis import Analysis, Result, full_analysis
 from server.documents import Document, parse_text
-from tests.test_lsp_incremental import ROOT, edit_scripts, position
+from tests.test_lsp_incremental import BROKEN_CLASS, SEEDS, edit_scripts, position
 
-GEMM = (ROOT / "bench/problems/13_gemm_divide_sum_scaling.py").read_text()
-# Typed into GEMM, these leave an ERROR tree that a fresh parse reads without `Model`.
-BROKEN_CLASS = [(520, 520, "(class Block(Model):\n    pass\n"), (656, 656, ":\n"), (328, 367, "")]
+# BROKEN_CLASS, typed into GEMM, leaves an ERROR tree a fresh parse reads without `Model`.
+GEMM = SEEDS[0]
 
 
 def summary(result: Result) -> tuple[list[str], list[str]]:
