@@ -14,14 +14,19 @@
 #      only) on the problems the 2026-12-04 run left out
 #   g  the e-graph work's before/after table: c's rows beside the pattern passes' rows in
 #      bench/figures (no new run)
+#   h  issue 31: `kernel-agent bench --optimize` on each fp32 GEMM shape-class problem in
+#      bench/gemm_shapes (M·N·K from bench/gemm_sizes.py; median ≥ 1.8x over eager where
+#      M·N·K ≥ 2^33), then bench/cuda_timing_check.py on part f's problems and a forward that
+#      launches no kernel (outside/events median ≤ 1.03, max ≤ 1.10; no kernel < 20 us); on
+#      CUDA its table replaces the h section of bench/RESULTS.md (CUDA only)
 #
 # Usage (from anywhere; paths are the repository's):
 #   bash bench/gpu_checks.sh PART [--device cuda|cpu] [--out DIR] [--seconds N]
-#   PART: a, b, c, d, e, f, g, a comma list (a,b,f) or all. --device: cuda (default) or cpu
+#   PART: a, b, c, d, e, f, g, h, a comma list (a,b,f) or all. --device: cuda (default) or cpu
 #   (tiny sizes and limits; a part that needs CUDA writes "skipped: needs CUDA"). --out: default
 #   ${OUT:-out}/gpu-checks. --seconds: the budget of every part named; by default each part
 #   has its own, on cuda and cpu: a 240, b 270, c 420, d 270, e 270, f 240, g 30 s (1740 s
-#   together, so `all` ends inside 30 minutes and each part inside 9; on cpu `all` takes about
+#   together, so `all` (a-g) ends inside 30 minutes; h has 540 s on its own and each part inside 9; on cpu `all` takes about
 #   150 s). Every command gets what is left of its part's budget (`timeout`), so a part ends
 #   inside it; a part cut short lists what it left (b's 8 problems on CUDA may need two runs).
 # Output: DIR/PART.json (all a part measured, and what a rerun needs to resume), DIR/PART.log,
@@ -34,7 +39,7 @@
 # Python: ${PYTHON:-python3}. Packages it lacks come from .whl/ (installed into /tmp/site) and
 # bubblewrap from .bwrap/, as on the lent GPU machine (bench/README.md, "GPU checks").
 # Problem lists: GC_B_PROBLEMS, GC_C_ACCURACY, GC_C_PROBLEMS, GC_D_PROBLEMS, GC_E_PER_LEVEL,
-# GC_F_PROBLEMS (names, space-separated; GC_C_ACCURACY comma-separated prefixes) override them.
+# GC_F_PROBLEMS, GC_H_PROBLEMS (names, space-separated; GC_C_ACCURACY comma-separated prefixes) override them.
 set -uo pipefail
 
 usage() {
@@ -60,11 +65,11 @@ done
 [ "$parts" = all ] && parts=a,b,c,d,e,f,g
 case "$device" in cuda|cpu) ;; *) echo "gpu_checks.sh: --device cuda or cpu" >&2; exit 2 ;; esac
 for part in ${parts//,/ }; do
-  case "$part" in a|b|c|d|e|f|g) ;; *) echo "gpu_checks.sh: no part '$part'" >&2; exit 2 ;; esac
+  case "$part" in a|b|c|d|e|f|g|h) ;; *) echo "gpu_checks.sh: no part '$part'" >&2; exit 2 ;; esac
 done
 case "$seconds" in *[!0-9]*) echo "gpu_checks.sh: --seconds takes a number" >&2; exit 2 ;; esac
 # Each part's default budget: 1740 s together, so `all` ends inside a 30-minute device lease.
-declare -A budget=([a]=240 [b]=270 [c]=420 [d]=270 [e]=270 [f]=240 [g]=30)
+declare -A budget=([a]=240 [b]=270 [c]=420 [d]=270 [e]=270 [f]=240 [g]=30 [h]=540)
 part_seconds() { echo "${seconds:-${budget[$1]}}"; }
 
 # Paths given relative to the caller's folder, before moving to the repository root.
@@ -250,6 +255,29 @@ part_f() {
 }
 
 part_g() { finish g; }
+
+part_h() {
+  [ "$device" = cuda ] || { skip h "needs CUDA"; return; }
+  local log=$out/h.log item timing=()
+  helper restore h
+  [ -s "$work/h-sizes.json" ] || run h "$log" "$PY" bench/gemm_sizes.py "$work/h-sizes.json" \
+    bench/gemm_shapes/*.py
+  mapfile -t pending < <(helper pending h)
+  for item in "${pending[@]}"; do
+    case "$item" in
+      t:*) timing+=("${item#t:}") ;;
+      *)
+        [ "$(left)" -gt 90 ] || break
+        run h "$log" "$PY" -m agents bench "bench/gemm_shapes/$item.py" --optimize \
+          --device cuda --timing-budget 1 --max-evals "${GC_H_MAX_EVALS:-6}" \
+          --parallel-evals 4 --resume "$work/h-optimize.json"
+        ;;
+    esac
+  done
+  [ ${#timing[@]} -eq 0 ] || run h "$log" "$PY" bench/cuda_timing_check.py "$work/h-timing.json" \
+    "${timing[@]}"
+  finish h
+}
 
 status=0
 for part in ${parts//,/ }; do

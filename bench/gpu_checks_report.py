@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpu_checks_part_h import h_finish, h_pending, write_results
 from gpu_checks_parts import (
     CUDA,
     DEVICE,
@@ -56,12 +57,14 @@ TITLES = {
     "e": "KernelBench-style files (bench tests/kernelbench_style --optimize)",
     "f": "timing from outside the process against CUDA events (bench/cuda_timing_check.py)",
     "g": "before/after the e-graph work (c's rows beside bench/figures)",
+    "h": "fp32 GEMM shape classes against eager and torch.compile; timing's floor",
 }
 # the tools' own resume files, per part: (key in PART.json, file in GC_WORK)
 RESUME_FILES = {
     "c": [("accuracy", "c-accuracy.json"), ("optimize", "c-optimize.json")],
     "e": [("optimize", "e-optimize.json")],
     "f": [("timing", "f-run.json")],
+    "h": [("optimize", "h-optimize.json"), ("timing", "h-timing.json"), ("sizes", "h-sizes.json")],
 }
 
 
@@ -83,6 +86,7 @@ FINISH: dict[str, Callable[[dict[str, Any]], Finish]] = {
     "e": e_finish,
     "f": f_finish,
     "g": g_finish,
+    "h": h_finish,
 }
 # c-acc: c's accuracy problems left; e-paths: e's files left (the shell runs them one by one)
 PENDING: dict[str, Callable[[], list[str]]] = {
@@ -92,6 +96,7 @@ PENDING: dict[str, Callable[[], list[str]]] = {
     "d": d_pending,
     "e": e_pending,
     "f": f_pending,
+    "h": h_pending,
     "c-acc": _accuracy_left,
     "e-paths": _e_paths_left,
 }
@@ -129,7 +134,7 @@ def write_summary() -> None:
         f"`bash bench/gpu_checks.sh`, out folder `{OUT}`; updated {updated}.",
         "",
     ]
-    for p in "abcdefg":
+    for p in "abcdefgh":
         data = load(OUT / f"{p}.json")
         if data:
             text += part_section(p, data)
@@ -210,6 +215,8 @@ def main(argv: list[str]) -> int:
         }
         code = {"failed": 1, "incomplete": 3}.get(status, 0)
     record(part, prev, data, elapsed)
+    if part == "h" and cmd == "finish":
+        write_results(load(OUT / "h.json", {}) or data)
     show(part, data)
     return code
 
