@@ -31,8 +31,11 @@ def bucket(size: int) -> int:
     return 1 if size <= 1 else 1 << (int(size) - 1).bit_length()
 
 
-def shape_class(m: int, n: int, k: int) -> str:
-    return f"M{bucket(m)}xN{bucket(n)}xK{bucket(k)}"
+def shape_class(m: int, n: int, k: int, batch: int = 1) -> str:
+    """`M1024xN8192xK8192`; a batched GEMM (batch > 1) is also bucketed by its batch, since
+    the batch, like M and N, sets how many tiles fill the device (`B128xM512xN512xK512`)."""
+    size = f"M{bucket(m)}xN{bucket(n)}xK{bucket(k)}"
+    return size if batch <= 1 else f"B{bucket(batch)}x{size}"
 
 
 def op_signature(kind: str, epilogue: tuple[str, ...] | list[str], dtype: str) -> str:

@@ -19,7 +19,6 @@ result is inference-only: the kernels have no backward.
 from __future__ import annotations
 
 import ast
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,14 +29,16 @@ from agents import pyast
 from agents.offline import fxtools as fx
 from agents.offline import source as src
 from agents.offline.passes.base import PassError, Program, Rewrite, TuningSite
+from agents.offline.passes.triton_gemm_einsum import lower_einsums
 from agents.offline.passes.triton_gemm_epilogue import needs_row_tile
 from agents.offline.passes.triton_gemm_kernel import describe_config, helpers, kernel, method
 from agents.offline.passes.triton_gemm_match import Attr, Site, site_at
+from agents.offline.passes.triton_gemm_read import LABEL, gemm_sizes
 from memory.tuning import check_config, op_signature, shape_class, site_key
 
 NOTHING = (
-    "no fp32 nn.Linear, F.linear, matmul, mm, bmm or addmm in forward (Triton GEMM kernels "
-    "replace those)"
+    "no fp32 nn.Linear, F.linear, matmul/@, mm, bmm, addmm, baddbmm or GEMM einsum in forward "
+    "(Triton GEMM kernels replace those)"
 )
 IMPORTS = ("import math", "import triton", "import triton.language as tl")
 _PREFIX = "_tgemm"
@@ -65,7 +66,11 @@ def build(program: Program, precision: str = "tf32x3") -> Rewrite:
     if fx.mutates_anything(gm):
         return Rewrite(None, "forward mutates tensors in place; left alone", method="fx")
     try:
+        lowered, unlowered = lower_einsums(gm)
+        if lowered:
+            fx.propagate(gm, program.inputs)  # the views and matmuls the einsums became
         sites, declined = _rewrite(gm, _class_names(program))
+        declined = [*declined, *unlowered]
         if not sites:
             return Rewrite(None, "; ".join([NOTHING, *declined[:3]]), method="fx")
         source, tuned = _emit(program, gm, sites, precision)
@@ -133,16 +138,17 @@ def _rewrite(gm: torch.fx.GraphModule, taken: set[str]) -> tuple[list[_Done], li
 
 def _memory_key(site: Site) -> tuple[str, str] | None:
     """Where memory/tuning.py keeps this site's winning tile: the op, its epilogue and dtype;
-    M, N, K bucketed (a "matmul" folds a's leading dims into M, a batch is not a dim)."""
-    shape_a, out = fx.tensor_shape(site.a), fx.tensor_shape(site.gemm)
+    M, N, K and a batched GEMM's batch bucketed (a "matmul" folds a's leading dims into M)."""
+    sizes = gemm_sizes(site.a, site.gemm, site.form)
     dtype = fx.tensor_dtype(site.a)
-    if not shape_a or not out or dtype is None:
+    if sizes is None or dtype is None:
         return None
-    rows = shape_a[-2] if site.form == "batched" else math.prod(shape_a[:-1])
+    batch, rows, cols, depth = sizes
     gemm = site.gemm
-    kind = "linear" if gemm.op == "call_module" else getattr(gemm.target, "__name__", gemm.target)
-    signature = op_signature(str(kind), tuple(step.op for step in site.steps), str(dtype))
-    return signature, shape_class(rows, out[-1], shape_a[-1])
+    kind = "linear" if gemm.op == "call_module" else fx.op_name(gemm) or str(gemm.target)
+    kind = str(gemm.meta.get(LABEL, kind)).split("(")[0]
+    signature = op_signature(kind, tuple(step.op for step in site.steps), str(dtype))
+    return signature, shape_class(rows, cols, depth, batch)
 
 
 def _remembered(program: Program, done: _Done) -> dict[str, int] | None:

@@ -34,16 +34,28 @@ class Tile:
 
 
 TILES = (
-    Tile(128, 128, 32, 8, 8, 3),
     Tile(128, 256, 32, 8, 8, 3),
+    Tile(128, 256, 32, 8, 8, 4),
+    Tile(256, 128, 32, 8, 8, 3),
+    Tile(256, 128, 32, 8, 8, 4),
+    Tile(128, 128, 32, 8, 8, 4),
+    Tile(128, 128, 32, 8, 8, 5),
+    Tile(128, 128, 64, 8, 8, 3),
     Tile(128, 64, 32, 8, 4, 4),
     Tile(64, 128, 32, 8, 4, 4),
     Tile(64, 64, 32, 8, 4, 4),
     Tile(32, 64, 32, 8, 4, 5),
 )
-"""Tiles for a plain epilogue: the shapes of Triton's matmul tutorial for Hopper/Ampere, with
-BLOCK_K 32 (a tf32 MMA needs 8; three products per step keep 32 busy) and stages within an
-H200's 227 KB of shared memory (128x256x32 fp32 at 3 stages is 144 KB)."""
+"""Tiles for a plain epilogue, largest first: 128x256 and 256x128 (8 warps, 3-4 stages) for
+large GEMMs, where one tile's A and B panels are reused most; 128x128 at 4-5 stages or
+BLOCK_K 64; smaller tiles for GEMMs too small to fill the device with those. BLOCK_K 32: a
+tf32 MMA takes 8, three products per step keep 32 busy. Stages stay within Hopper's 227 KB
+of shared memory (128x256x32 fp32 is 48 KB a stage). `_tgemm_prune` keeps, per GEMM, the
+tiles that fit it (LARGE_MN: only tiles of 128x128 or more once M*N is that large), so
+the first call compiles a handful of them, not all."""
+LARGE_MN = 1 << 21
+"""M*N (batch included) from which tiles under 128x128 are never tried: by then 128x128
+tiles already give every SM of an H100 (132) more than a wave of work."""
 ROW_TILES = (
     Tile(16, 0, 32, 1, 4, 3),
     Tile(32, 0, 32, 1, 4, 3),
@@ -111,8 +123,14 @@ def _tgemm_product(
     b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k * BLOCK_K), other=0.0)
-        b = tl.load(b_ptrs, mask=(rk[:, None] < K - k * BLOCK_K) & (rn[None, :] < N), other=0.0)
+        if K % BLOCK_K == 0:  # known when compiling: no K mask in the loop
+            a = tl.load(a_ptrs, mask=rm[:, None] < M, other=0.0)
+            b = tl.load(b_ptrs, mask=rn[None, :] < N, other=0.0)
+        else:
+            a_mask = (rm[:, None] < M) & (rk[None, :] < K - k * BLOCK_K)
+            b_mask = (rk[:, None] < K - k * BLOCK_K) & (rn[None, :] < N)
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            b = tl.load(b_ptrs, mask=b_mask, other=0.0)
         acc = tl.dot(a, b, acc, input_precision="{precision}")
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
@@ -149,6 +167,29 @@ def _tgemm_log1p(u):
     return tl.where(w == 1.0, u, tl.where(w == float("inf"), w, exact))
 '''
 
+_TUNE = '''
+def _tgemm_prune(configs, named_args, **kwargs):
+    """The tiles worth timing for this GEMM (never none): none taller or wider than the next
+    power of two of M or N (32 at least), and none under 128x128 once B*M*N reaches
+    _TGEMM_LARGE_MN, since compiling each tile is what the first call spends its time on."""
+    m, n, batch = named_args["M"], named_args["N"], named_args["B"]
+    fit_m, fit_n = max(32, triton.next_power_of_2(m)), max(32, triton.next_power_of_2(n))
+
+    def size(config):
+        return config.kwargs["BLOCK_M"], config.kwargs.get("BLOCK_N", kwargs.get("BLOCK_N", 0))
+
+    kept = [c for c in configs if size(c)[0] <= fit_m and size(c)[1] <= fit_n]
+    if batch * m * n >= _TGEMM_LARGE_MN:
+        kept = [c for c in kept if size(c)[0] * size(c)[1] >= 128 * 128] or kept
+    return kept or [min(configs, key=lambda c: size(c)[0] * size(c)[1])]
+
+
+def _tgemm_bench(fn, quantiles):
+    """Autotuning's timing of one tile: 5 ms of warm-up and 40 ms of runs (Triton's default
+    is 25 and 100), which still tells tiles 5% apart on a GEMM of a millisecond."""
+    return triton.testing.do_bench(fn, warmup=5, rep=40, quantiles=quantiles)
+'''
+
 _LAUNCH = '''
 def _tgemm_operands(form, a, b):
     """a as (batch, M, K), b as (batch, K, N), and the GEMM output's shape: "linear" (b is an
@@ -156,11 +197,14 @@ def _tgemm_operands(form, a, b):
     b share their leading dims). Views wherever the strides allow: the kernel takes strides."""
     if form == "linear":
         b = b.t()
-    if a.shape[-1] != b.shape[-2] or (form == "batched" and a.shape[:-2] != b.shape[:-2]):
+    if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"GEMM operands of shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    shape = (*a.shape[:-1], b.shape[-1])
-    if form == "batched":
+    if form == "batched":  # batch dims broadcast as stride-0 views, as torch.matmul's do
+        batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        a, b = a.expand(*batch, *a.shape[-2:]), b.expand(*batch, *b.shape[-2:])
+        shape = (*batch, a.shape[-2], b.shape[-1])
         return a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]), shape
+    shape = (*a.shape[:-1], b.shape[-1])
     return a.reshape(1, math.prod(a.shape[:-1]), a.shape[-1]), b.unsqueeze(0), shape
 
 
@@ -188,7 +232,7 @@ def _tgemm_launch(kernel, a, b, shape, tensors, scalars, span=False, rows=False,
         raise ValueError(f"{batch} GEMMs in a batch: the grid's second axis holds 65535")
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), batch)
     kernel[grid](
-        a, b, out, *views, *(float(s) for s in scalars), m, n, k,
+        a, b, out, *views, *(float(s) for s in scalars), batch, m, n, k,
         *a.stride(), *b.stride(), *out.stride(), *(s for v in views for s in v.stride()),
         **extra,
     )
@@ -211,6 +255,7 @@ def helpers(steps: list[tuple[Step, ...]], precision: str = "tf32x3") -> str:
     gelu_tanh = any(s.op == "gelu" and s.option == "tanh" for chain in steps for s in chain)
     spans = [needs_row_tile(chain) for chain in steps]
     parts = [render_tiles("_TGEMM_TILES", TILES)] if not all(spans) else []
+    parts.append(f"_TGEMM_LARGE_MN = {LARGE_MN}")
     if any(spans):
         parts += [render_tiles("_TGEMM_ROW_TILES", ROW_TILES), f"_TGEMM_ROW_MAX_N = {ROW_MAX_N}"]
     parts.append(_PRODUCT.replace("{precision}", precision).replace("{why}", _WHY[precision]))
@@ -218,7 +263,7 @@ def helpers(steps: list[tuple[Step, ...]], precision: str = "tf32x3") -> str:
         parts.append(_TANH)
     if ops & {"mish", "softplus"}:
         parts.append(_LOG1P)
-    parts.append(_LAUNCH)
+    parts += [_TUNE, _LAUNCH]
     return "\n".join(part.strip("\n") + "\n\n" for part in parts).rstrip() + "\n"
 
 
@@ -245,11 +290,12 @@ def kernel(
         store = f"tl.store({where} + cols * stride_on, v{result}, mask=in_bounds)"
     lines = [
         *head,
-        f'@triton.autotune(configs={table}, key=["M", "N", "K"])',
+        f'@triton.autotune(configs={table}, key=["B", "M", "N", "K"], '
+        'prune_configs_by={"early_config_prune": _tgemm_prune}, do_bench=_tgemm_bench)',
         "@triton.jit",
         f"def {name}(",
         f"    {', '.join(pointers)},",
-        "    M, N, K: tl.constexpr,",
+        "    B, M, N, K: tl.constexpr,",
         "    stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,",
         "    stride_ob, stride_om, stride_on,",
         *(f"    {line}" for line in strides),

@@ -1,6 +1,7 @@
 """Which GEMMs the triton-gemm pass takes, and the epilogue it fuses into each.
 
-A site is one fp32 GEMM (nn.Linear, F.linear, matmul / mm / bmm, addmm) and the largest chain
+A site is one fp32 GEMM (triton_gemm_read: nn.Linear, F.linear, matmul / mm / bmm, addmm,
+baddbmm, a GEMM einsum) and the largest chain
 of ops after it that one kernel can finish before its single store: elementwise ops on the
 accumulator tile (bias, scale, activations, clamp, a residual tensor broadcast to the output)
 and, when the output dim fits one tile, row reductions over it (softmax, log-softmax,
@@ -23,6 +24,7 @@ import torch.fx
 import torch.nn as nn
 
 from agents.offline import fxtools as fx
+from agents.offline.passes.triton_gemm_read import FP32, Attr, Gemm, read_gemm
 
 Node = torch.fx.Node
 
@@ -30,15 +32,6 @@ ROW_MAX_N = 256
 """Widest GEMM output dim a row reduction is fused for: the whole row must sit in one
 (BLOCK_M, next_power_of_2(N)) tile, and past this the tile's B panel no longer fits shared
 memory with pipelining (the reduction then stays a torch op after the kernel)."""
-
-
-@dataclass(frozen=True)
-class Attr:
-    """A module attribute the generated call reads: a parameter (`linear.weight`, value None)
-    or a number set in a submodule's constructor (`act.negative_slope`), read at call time."""
-
-    path: str
-    value: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,94 +79,6 @@ class Site:
     keepdim: bool  # ... of shape (..., M, 1) rather than (..., M)
     guards: tuple[Guard, ...]
     what: str  # "self.linear → + bias → relu", for summaries and docstrings
-
-
-# -- the GEMM --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Gemm:
-    node: Node
-    form: str
-    a: Node
-    b: Node | Attr
-    bias: Node | Attr | None
-    label: str
-
-
-_GEMM_SIGNATURES = {
-    "linear": ("input", "weight", "bias"),
-    "matmul": ("input", "other"),
-    "mm": ("input", "mat2"),
-    "bmm": ("input", "mat2"),
-    "addmm": ("input", "mat1", "mat2", "beta", "alpha"),
-}
-FP32 = torch.float32
-
-
-def read_gemm(gm: torch.fx.GraphModule, node: Node) -> _Gemm | str | None:
-    """The GEMM `node` computes; a reason when it is one the kernel cannot take; None when
-    it is no GEMM."""
-    module = fx.call_module(gm, node)
-    if isinstance(module, nn.Linear):
-        if type(module).forward is not nn.Linear.forward or len(node.args) != 1 or node.kwargs:
-            return f"{node.name}: a Linear subclass or call the pass cannot read"
-        weight = Attr(f"{node.target}.weight")
-        bias = Attr(f"{node.target}.bias") if module.bias is not None else None
-        gemm = _Gemm(node, "linear", node.args[0], weight, bias, f"self.{node.target}")
-        dtypes = {module.weight.dtype, fx.tensor_dtype(node.args[0]), fx.tensor_dtype(node)}
-        if module.bias is not None:
-            dtypes.add(module.bias.dtype)
-        return _shapes(gemm, tuple(module.weight.shape), dtypes)
-    name = fx.op_name(node)
-    if name not in _GEMM_SIGNATURES:
-        return None
-    args = fx.arguments(node, _GEMM_SIGNATURES[name])
-    if args is None or set(args) - set(_GEMM_SIGNATURES[name]):
-        return f"{node.name}: {name} called with arguments the pass does not read"
-    if name == "addmm":
-        if any(args.get(k, 1) != 1 for k in ("beta", "alpha")):
-            return f"{node.name}: addmm with beta or alpha other than 1"
-        a, b, bias = args.get("mat1"), args.get("mat2"), args.get("input")
-    else:
-        a = args.get("input")
-        b = args.get("weight", args.get("other", args.get("mat2")))
-        bias = args.get("bias")
-    if not isinstance(a, Node) or not isinstance(b, Node):
-        return f"{node.name}: {name} of a constant"
-    if bias is not None and not isinstance(bias, Node):
-        return f"{node.name}: {name} with a constant bias"
-    shape_b = fx.tensor_shape(b)
-    if shape_b is None:
-        return f"{node.name}: {name} operand of unknown shape"
-    form = "linear" if name == "linear" else "matmul"
-    gemm = _Gemm(node, form, a, b, bias, f"{name}")
-    dtypes = {fx.tensor_dtype(a), fx.tensor_dtype(b), fx.tensor_dtype(node)}
-    if bias is not None:
-        dtypes.add(fx.tensor_dtype(bias))
-    return _shapes(gemm, shape_b, dtypes)
-
-
-def _shapes(gemm: _Gemm, shape_b: tuple[int, ...], dtypes: set[Any]) -> _Gemm | str:
-    """The form the generated code uses for these ranks; a reason when none fits."""
-    name = gemm.node.name
-    if dtypes != {FP32}:
-        kinds = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
-        return f"{name}: a {kinds} GEMM; the kernel is for fp32 (3xTF32 is an fp32 scheme)"
-    shape_a = fx.tensor_shape(gemm.a)
-    out = fx.tensor_shape(gemm.node)
-    if shape_a is None or out is None or not shape_a:
-        return f"{name}: operand of unknown shape"
-    if gemm.form == "linear":
-        ok = len(shape_b) == 2 and shape_a[-1] == shape_b[1]
-        return gemm if ok else f"{name}: linear with a weight of shape {shape_b}"
-    if len(shape_a) < 2 or len(shape_b) < 2:
-        return f"{name}: a matrix-vector product (1-D operand)"
-    if len(shape_b) == 2:
-        return gemm
-    if len(shape_a) == len(shape_b) and shape_a[:-2] == shape_b[:-2]:
-        return _Gemm(gemm.node, "batched", gemm.a, gemm.b, gemm.bias, gemm.label)
-    return f"{name}: batch dims {shape_a[:-2]} and {shape_b[:-2]} broadcast"
 
 
 # -- the epilogue ----------------------------------------------------------------------------
@@ -330,7 +235,7 @@ def site_at(gm: torch.fx.GraphModule, node: Node) -> Site | str | None:
     return _site(gm, gemm)
 
 
-def _site(gm: torch.fx.GraphModule, gemm: _Gemm) -> Site | str:
+def _site(gm: torch.fx.GraphModule, gemm: Gemm) -> Site | str:
     shape = fx.tensor_shape(gemm.node)
     assert shape is not None
     protos = _grow(gm, gemm, shape)
@@ -346,7 +251,7 @@ def _site(gm: torch.fx.GraphModule, gemm: _Gemm) -> Site | str:
     return _number(gemm, root, ordered, protos)
 
 
-def _grow(gm: torch.fx.GraphModule, gemm: _Gemm, shape: tuple[int, ...]) -> dict[Node, _Proto]:
+def _grow(gm: torch.fx.GraphModule, gemm: Gemm, shape: tuple[int, ...]) -> dict[Node, _Proto]:
     """Every node after the GEMM that applies a fusable op to values computed inside (all
     of whose other operands come from outside the GEMM's descendants)."""
     after = _descendants(gemm.node)
@@ -467,7 +372,7 @@ def _choose_root(gemm: Node, protos: dict[Node, _Proto]) -> Node:
 # -- numbering -------------------------------------------------------------------------------
 
 
-def _number(gemm: _Gemm, root: Node, region: tuple[Node, ...], protos: dict[Node, _Proto]) -> Site:
+def _number(gemm: Gemm, root: Node, region: tuple[Node, ...], protos: dict[Node, _Proto]) -> Site:
     values: dict[Node, int] = {}
     kinds: dict[int, bool] = {0: False}
     tensors: list[Node | Attr] = []
@@ -497,9 +402,16 @@ def _number(gemm: _Gemm, root: Node, region: tuple[Node, ...], protos: dict[Node
         return len(steps)
 
     current = 0
+    if gemm.alpha != 1:
+        current = add(Step("mul", (Ref("value", 0), Ref("const", const=gemm.alpha))))
+        names.append(f"* {gemm.alpha!r}")
     if gemm.bias is not None:
-        current = add(Step("add", (Ref("value", 0), ref(gemm.bias))))
-        names.append("+ bias")
+        bias = ref(gemm.bias)  # passed even when beta is 0: the kernel reads what it replaces
+        if gemm.beta != 1 and gemm.beta != 0:
+            bias = Ref("value", add(Step("mul", (bias, Ref("const", const=gemm.beta)))))
+        if gemm.beta != 0:  # beta 0: torch ignores the input, NaN and inf included
+            current = add(Step("add", (Ref("value", current), bias)))
+            names.append("+ bias" if gemm.beta == 1 else f"+ {gemm.beta!r} * bias")
     values[gemm.node] = current
     for node in region:
         proto = protos.get(node)
