@@ -32,6 +32,7 @@ from agents.roles.factory import BACKENDS, OfflineSetup, RoleSetupError, build_r
 from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
 from agents.search.budget import Budget, CancelToken
 from agents.search.events import SearchEvent
+from agents.search.fates_table import fates_table, fates_title
 from agents.search.progress import ProgressView
 from agents.search.result import SearchResult, plot_trajectory
 from agents.task import SIZES, SourceFile, TaskLoadError, outline_problem
@@ -457,6 +458,8 @@ def _report(result: SearchResult, output: Path | None, ref: SourceFile, out: Con
         out.print(f"written to {output}")
     else:
         out.print("no improvement: no verified kernel was faster than the original")
+    if result.candidates:
+        out.print(fates_table([("", result.candidates)], title=fates_title(result.candidates)))
     for note in result.notes:
         out.print(f"note: {note}", markup=False)
     out.print(

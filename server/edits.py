@@ -50,6 +50,7 @@ class Rewrite:
     confirmed: bool = True
     methods: tuple[str, ...] = ()
     speedup_ci: tuple[float, float] | None = None
+    candidates: str = ""  # the search's candidates in one line ("7 candidates: 1 chosen, ...")
 
     @property
     def summary(self) -> str:

@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 import torch
 
+from agents.search.fates import CandidateFate, Fate
 from tests.conftest import ROOT
 from tests.test_search import optimize
 
@@ -72,6 +73,47 @@ def test_offline_optimize_returns_a_verified_faster_kernel(tmp_path):
     points = json.loads(trajectory.read_text())["trajectory"]
     assert [p["evaluation"] for p in points] == list(range(1, len(points) + 1))
     assert any(p["verdict"] == "correct" and (p["speedup"] or 0) > 1.0 for p in points)
+
+
+def test_optimize_json_gives_every_candidates_fate(tmp_path):
+    """`optimize --json` lists every candidate the search made: each a valid fate, every
+    judged one matching its trajectory point, and the chosen one carrying the result's own
+    time and speedup (its confirming run's)."""
+    done = optimize(
+        str(PROBLEM),
+        "--json",
+        "--threads",
+        "1",
+        "--timing-budget",
+        "0.2",
+        "--max-evals",
+        "2",
+        "--iters",
+        "1",
+        "--no-profile",
+        "--no-memory",
+        "--quiet",
+        "--output",
+        str(tmp_path / "optimized.py"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    fates = [CandidateFate.from_json(entry) for entry in report["candidates"]]
+    assert fates and all(isinstance(f.fate, Fate) for f in fates)
+    assert [f.to_json() for f in fates] == report["candidates"]  # nothing unread or lost
+    judged = [f for f in fates if f.evaluation is not None]
+    points = report["trajectory"]
+    assert [(f.evaluation, f.verdict) for f in judged] == [
+        (p["evaluation"], p["verdict"]) for p in points
+    ]
+    for fate in fates:
+        assert fate.fate is not Fate.CHOSEN or fate.verdict == "correct"
+        if fate.fate not in (Fate.CHOSEN, Fate.SLOWER):
+            assert fate.reason, fate  # every candidate not offered says why
+    assert report["improved"] is True, report["stopped_because"]
+    (chosen,) = [f for f in fates if f.fate is Fate.CHOSEN]
+    assert chosen.time_ms == report["eval_report"]["candidate_ms"]
+    assert chosen.vs_reference == report["speedup"] and chosen.method == report["methods"][-1]
 
 
 def test_offline_optimize_refuses_a_file_without_model(tmp_path):

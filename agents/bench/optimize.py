@@ -41,6 +41,7 @@ from agents.evaluate import EvalCancelled, EvalError, EvalOptions, evaluate
 from agents.llm.accounting import CostMeter
 from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
 from agents.search.budget import Budget, CancelToken
+from agents.search.fates import CandidateFate, demote_chosen, fates_from_json
 from agents.task import SourceFile, TaskLoadError, as_reference
 from memory.experiences import ExperienceStore
 from memory.logbook import Logbook
@@ -85,6 +86,8 @@ class OptimizeRow:
     # Whose kernel the row offers: "ours", "torch.compile", "torch.compile max-autotune" or
     # "original" (the fastest verified one; "" in reports from before it was chosen).
     answer: str = ""
+    # Every candidate the search judged (or skipped) and why it was not offered.
+    candidates: list[CandidateFate] = field(default_factory=list)
 
 
 @dataclass
@@ -128,6 +131,8 @@ class OptimizeReport:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        for row, saved in zip(self.rows, data["rows"], strict=True):
+            saved["candidates"] = [fate.to_json() for fate in row.candidates]
         data["summary"] = self.summary()
         return data
 
@@ -141,6 +146,7 @@ def _row_from_json(data: dict[str, Any]) -> OptimizeRow:
     """A row as saved; one from before `vs_compile_derived` existed is marked derived when
     its note says so, so an old report does not present that ratio as measured."""
     row = OptimizeRow(**data)
+    row.candidates = list(fates_from_json(data.get("candidates")))
     if "vs_compile_derived" not in data and row.vs_compile is not None:
         row.vs_compile_derived = any(n.startswith(DERIVED_NOTE_START) for n in row.notes)
     return row
@@ -336,6 +342,7 @@ def _fill_row(
     row.evaluations_to_best = result.evaluations_to_best()
     row.notes.extend(result.notes)
     row.source = result.source
+    row.candidates = list(result.candidates)
     if result.eval_report:
         confirm_eager = result.eval_report.get("reference_ms")
         row.agent_ms = result.eval_report.get("candidate_ms")
@@ -392,6 +399,9 @@ def choose_answer(row: OptimizeRow, sources: dict[str, str]) -> None:
     )
     row.notes.append(f"the answer is {name} itself ({speedup:.2f}x over eager); {ours_said}")
     row.answer, row.verdict, row.methods = name, "correct", [name]
+    row.candidates = list(
+        demote_chosen(row.candidates, f"{name} was faster ({speedup:.2f}x over eager)")
+    )
     row.speedup, row.speedup_ci, row.source = speedup, None, sources[name]
     row.speedup_ms = [row.eager_ms, kernel_ms] if row.eager_ms and kernel_ms else None
     row.agent_ms = kernel_ms  # the offered kernel's time, from the compiler's baseline run

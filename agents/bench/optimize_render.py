@@ -13,6 +13,8 @@ from rich.table import Table
 
 from agents.bench.optimize import FAST_P, OptimizeReport, OptimizeRow
 from agents.display import format_ms
+from agents.search.fates import fates_summary
+from agents.search.fates_table import fates_table, fates_title
 
 HEADERS = (
     "problem",
@@ -111,6 +113,12 @@ def render_optimize(report: OptimizeReport, console: Console) -> None:
     console.print(table)
     for line in [*summary_lines(report), LEGEND]:
         console.print(line, markup=False)
+    groups = [(row.problem, row.candidates) for row in report.rows if row.candidates]
+    if groups:
+        every = [fate for _, fates in groups for fate in fates]
+        console.print(
+            fates_table(groups, title=f"the search's {fates_title(every)}", problems=True)
+        )
     for row in report.rows:  # why a row has no figures, next to the table that lacks them
         if row.verdict == "error":
             reason = row.error or "; ".join(row.notes) or "no reason recorded"
@@ -132,4 +140,9 @@ def optimize_markdown(report: OptimizeReport) -> str:
     lines.append("")
     lines += [f"- {line}" for line in [*summary_lines(report), LEGEND]]
     lines += [f"- {row.problem}: {note}" for row in report.rows for note in row.notes]
+    lines += [
+        f"- {row.problem}: the search's {fates_summary(row.candidates)}"
+        for row in report.rows
+        if row.candidates
+    ]
     return "\n".join(lines)

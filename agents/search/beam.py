@@ -44,7 +44,7 @@ from agents.search.knowledge import (
     skill_briefs,
 )
 from agents.search.nodes import Node, Roles, Sample, SearchConfig, SearchMemory, SearchState
-from agents.search.records import log_attempt, record_outcome
+from agents.search.records import log_attempt, record_outcome, record_unjudged
 from agents.search.remember import remember
 from agents.search.result import SearchResult
 from agents.task import SourceFile
@@ -443,6 +443,7 @@ class Search:
     ) -> Sample:
         sample = Sample(plan=plan, parent=parent, source=None, result=None, speedup=None)
         if candidate is None or self._should_stop(calls=False):
+            record_unjudged(self, state, plan, k, 0)
             return sample
         source, error = candidate.source, candidate.error
         attempt_parent = parent.attempt_id
@@ -461,13 +462,17 @@ class Search:
             else:
                 result = await self._evaluate(state, source)
                 if result is None:  # cancelled or out of budget
+                    record_unjudged(self, state, plan, k, repair)
                     return sample
                 speedup = result.speedup if result.correct else None
                 reason = "; ".join(result.reasons)[:300]
                 attempt_id = log_attempt(
                     self, plan, source, attempt_parent, result.verdict.value, speedup, reason, k
                 )
-                record_outcome(self, state, plan, k, repair, result.verdict.value, speedup, reason)
+                record_outcome(
+                    self, state, plan, k, repair, result.verdict.value, speedup, reason,
+                    result=result, source=source,
+                )  # fmt: skip
                 sample.source, sample.result, sample.attempt_id = source, result, attempt_id
                 if result.correct and speedup is not None:
                     sample.speedup = speedup

@@ -34,6 +34,7 @@ async def finish(search: Search, state: SearchState) -> SearchResult:
             result = await confirm(search, state, node)
             if result is None:
                 break
+            state.fates.confirmed(node.source, result)
             if faster(result):
                 confirmed_node, confirmation = node, result
                 break
@@ -78,6 +79,11 @@ async def finish(search: Search, state: SearchState) -> SearchResult:
         executor=search.roles.executor.label,
         trajectory=state.trajectory,
         eval_report=confirmation.to_json() if confirmation else None,
+        candidates=state.fates.final(
+            confirmed_node.source if confirmed_node else None,
+            round(speedup, 4),
+            confirmed=confirmation is not None,
+        ),
         notes=notes,
         memory={
             "task_id": search.task_id,

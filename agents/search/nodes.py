@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from agents.profile.report import Profile
 from agents.roles.base import Executor, Plan, Planner, Repairer, Summarizer
+from agents.search.fates import FateLog
 from agents.search.result import TrajectoryPoint
 from agents.verify.verdict import EvalResult
 from memory.experiences import ExperienceStore
@@ -102,3 +103,4 @@ class SearchState:
     llm_failures: int = 0
     last_llm_error: str = ""
     best_seen: float = 1.0  # fastest correct sample so far (the trajectory's running best)
+    fates: FateLog = field(default_factory=FateLog)  # every candidate, for the result

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 
 from agents.roles.base import Plan
 from agents.search import events as ev
+from agents.search.fates import CandidateFate, Fate, fate_of_verdict
 from agents.search.nodes import SearchState
 from agents.search.result import TrajectoryPoint
+from agents.verify.verdict import EvalResult
 from memory.normalize import source_hash
 
 if TYPE_CHECKING:
@@ -25,8 +27,28 @@ def record_outcome(
     speedup: float | None,
     reason: str,
     counted: bool = True,
+    *,
+    result: EvalResult | None = None,
+    source: str | None = None,
 ) -> None:
-    """One judged (or skipped) sample: a trajectory point when it counted, and an event."""
+    """One judged (or skipped) sample: its fate, a trajectory point when it counted, and an
+    event. `result` and `source` are the verifier's report and the code it judged."""
+    state.fates.judged(
+        CandidateFate(
+            plan=plan.title,
+            method=plan.method,
+            fate=fate_of_verdict(verdict),
+            verdict=verdict,
+            reason="" if verdict == "correct" else reason,
+            iteration=state.iteration,
+            sample=sample,
+            repair=repair,
+            evaluation=state.evaluations if counted else None,
+        ),
+        result,
+        source,
+        best_before=state.best_seen,
+    )
     if speedup is not None:
         state.best_seen = max(state.best_seen, speedup)
     best = state.best_seen
@@ -87,3 +109,26 @@ def log_attempt(
         error=error,
     )
     return attempt.id
+
+
+def record_unjudged(
+    search: Search, state: SearchState, plan: Plan, sample: int, repair: int
+) -> None:
+    """A sample that was never judged: the budget or a cancel stopped it, or the executor's
+    model call failed and left no code."""
+    stop = search._stop_reason
+    state.fates.judged(
+        CandidateFate(
+            plan=plan.title,
+            method=plan.method,
+            fate=Fate.CUT_BY_BUDGET if stop else Fate.NOT_APPLIED,
+            verdict="not_judged" if stop else "no_code",
+            reason=stop or f"the model call failed: {state.last_llm_error}",
+            iteration=state.iteration,
+            sample=sample,
+            repair=repair,
+        ),
+        None,
+        None,
+        best_before=state.best_seen,
+    )

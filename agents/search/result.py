@@ -4,9 +4,11 @@ trajectory, and what it cost. Also the trajectory plot."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from agents.search.fates import CandidateFate, fates_from_json
 
 
 @dataclass
@@ -46,6 +48,7 @@ class SearchResult:
     eval_report: dict[str, Any] | None = None  # the confirming evaluation's full report
     notes: list[str] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)  # what was written where
+    candidates: tuple[CandidateFate, ...] = ()  # every candidate and why it was (not) chosen
 
     def evaluations_to_best(self, within: float = 0.98) -> int | None:
         """Evaluations until the search first came within `within` of its final best."""
@@ -59,11 +62,24 @@ class SearchResult:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data["candidates"] = [fate.to_json() for fate in self.candidates]
         data["output"] = None
         data["tokens"] = self.cost.get("tokens", 0)
         data["cost_usd"] = self.cost.get("cost_usd", 0.0)
         data["evaluations_to_best"] = self.evaluations_to_best()
         return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SearchResult:
+        """The result `to_json` wrote (its derived keys, such as `tokens`, are recomputed),
+        so a saved result reads back equal to the one that was saved."""
+        names = {f.name for f in fields(cls)} - {"trajectory", "candidates"}
+        values = {k: v for k, v in data.items() if k in names}
+        return cls(
+            **values,
+            trajectory=[TrajectoryPoint(**p) for p in data.get("trajectory") or []],
+            candidates=fates_from_json(data.get("candidates")),
+        )
 
     def write_trajectory(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")

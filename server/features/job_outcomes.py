@@ -13,6 +13,7 @@ from lsprotocol import types
 
 from agents.display import plural
 from agents.profile.report import Profile
+from agents.search.fates import fates_from_json, fates_summary
 from server.diagnostics import build_view
 from server.edits import Rewrite
 from server.features.rewrites import accept, reject, show_diff
@@ -93,6 +94,10 @@ def job_finished(ls: KernelAgentServer, running: RunningJob, update: JobUpdate) 
         return
     for note in result.get("notes") or []:
         ls.log_line(f"[{spec.target}] note: {note}")
+    fates = fates_from_json(result.get("candidates"))
+    for fate in fates:
+        reason = f": {fate.reason}" if fate.reason else ""
+        ls.log_line(f"[{spec.target}] fate of {fate.method}: {fate.fate.words}{reason}")
     source = result.get("source")
     cancelled = update.state == "cancelled"
     if result.get("improved") and isinstance(source, str) and source.strip():
@@ -111,6 +116,7 @@ def job_finished(ls: KernelAgentServer, running: RunningJob, update: JobUpdate) 
             speedup_ci=(float(ci[0]), float(ci[1]))
             if isinstance(ci, list) and len(ci) == 2
             else None,
+            candidates=fates_summary(fates),
         )
         ls.state.pending[(spec.uri, spec.target)] = rewrite
         offer(ls, rewrite, result)

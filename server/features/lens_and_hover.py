@@ -93,6 +93,7 @@ def register(ls: KernelAgentServer) -> None:
                 f"**kernel-agent** · a rewrite of `{target.name}` is waiting: {rewrite.summary} "
                 f"on {rewrite.device}"
                 + (f" ({', '.join(rewrite.methods)})" if rewrite.methods else "")
+                + (f".\n\nThe search's {rewrite.candidates}" if rewrite.candidates else "")
                 + ".\n\nUse the code lens above: Accept · Reject · Show diff."
             )
             return types.Hover(

@@ -174,6 +174,7 @@ def pending_rewrites(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, 
                 "original": original,
                 "rewritten": rewritten,
                 "summary": rewrite.summary,
+                "candidates": rewrite.candidates or None,
                 "mode": plan.mode,
                 "stale": refusal or None,
             }
@@ -206,7 +207,7 @@ async def show_diff(ls: KernelAgentServer, value: dict[str, Any]) -> dict[str, A
     header = (
         f"# Kernel Agent: rewrite of `{name}` ({plan.mode}): {rewrite.summary} on "
         f"{rewrite.device}" + (f" ({', '.join(rewrite.methods)})" if rewrite.methods else "") + "\n"
-    )
+    ) + (f"# The search's {rewrite.candidates}\n" if rewrite.candidates else "")
     path = ls.diff_dir() / f"{Path(label).stem}.{name}.diff"
     await asyncio.to_thread(path.write_text, header + note + diff, "utf-8")
     file_uri = from_fs_path(str(path)) or path.as_uri()

@@ -1,0 +1,69 @@
+"""The candidates' fates as a short table for `optimize` and `bench --optimize`.
+
+Why: the result names only the winner, so the table says, for each candidate, which pass or
+plan made it, its verdict, its error over the float64 band, its time, how it compared with
+the best so far and the reference, and why it was not chosen. The chosen row's figures are
+the result's own (its confirming run), so the one speedup a result reports appears once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from rich.table import Table
+
+from agents.display import format_ms, shorten
+from agents.search.fates import CandidateFate, Fate, fates_summary
+
+COLUMNS = ("pass/plan", "verdict", "error/band", "time ms", "vs best", "vs ref", "why")
+WHY_CHARS = 100
+VERDICT_WORDS = {"no_code": "no code", "not_judged": "not judged"}
+LEGEND = (
+    "error/band: the error against float64 over the allowed band (<= 1 passes); vs best: "
+    "speed over the best verified kernel before it; vs ref: over the reference"
+)
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "–"
+
+
+def fate_cells(fate: CandidateFate) -> list[str]:
+    """One candidate's cells, in COLUMNS order."""
+    name = fate.method or shorten(fate.plan, 40)
+    if fate.sample:
+        name += f" #{fate.sample + 1}"
+    if fate.repair:
+        name += f" (repair {fate.repair})"
+    if fate.iteration > 1:
+        name += f" [iteration {fate.iteration}]"
+    reason = fate.reason.removeprefix(f"{fate.method}: ")  # a pass's refusal names it
+    why = fate.fate.words + (f": {reason}" if reason else "")
+    return [
+        name,
+        VERDICT_WORDS.get(fate.verdict, fate.verdict.replace("_", " ")),
+        f"{fate.error_ratio:.2g}" if fate.error_ratio is not None else "–",
+        format_ms(fate.time_ms) if fate.time_ms is not None else "–",
+        _x(fate.vs_best),
+        _x(fate.vs_reference),
+        shorten(why, WHY_CHARS),
+    ]
+
+
+def fates_table(
+    groups: Iterable[tuple[str, Sequence[CandidateFate]]], *, title: str, problems: bool = False
+) -> Table:
+    """A table of (problem, fates) groups; `problems` adds the problem's column (bench)."""
+    table = Table(title=title, title_justify="left", caption=LEGEND, caption_justify="left")
+    for header in ("problem", *COLUMNS) if problems else COLUMNS:
+        table.add_column(header, overflow="fold")
+    for problem, fates in groups:
+        for fate in fates:
+            table.add_row(*([problem] if problems else []), *fate_cells(fate))
+    return table
+
+
+def fates_title(fates: Sequence[CandidateFate]) -> str:
+    """The table's title: the summary line, and whether any candidate was offered."""
+    summary = fates_summary(fates) or "no candidates"
+    offered = any(f.fate is Fate.CHOSEN for f in fates)
+    return summary + ("" if offered else " (none offered)")
