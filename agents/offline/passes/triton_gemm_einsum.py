@@ -5,8 +5,9 @@ Each index of a GEMM einsum is a batch index (in both operands and the output), 
 (a and the output), a column index (b and the output) or a contracted one (both operands, not
 the output). Then `a` permuted to (batch, rows, contracted) and `b` to (batch, contracted,
 columns), each group flattened to one dim, give a batched matmul whose (batch, M, N) result,
-unflattened and permuted to the output's order, is the einsum. With one index per group and
-the output already in (batch, rows, columns) order ("bij,bjk->bik", "ij,jk->ik",
+unflattened and permuted to the output's order, is the einsum (without batch indices the
+rows stay leading dims: matmul folds them into M). With one index per group (or leading
+rows) and the output already in (batch, rows, columns) order ("bij,bjk->bik", "ij,jk->ik",
 "bik,kj->bij") no view is written at all, so the epilogue after it still fuses. A permute is
 a view the kernel reads through its strides; flattening a permuted group may copy.
 
@@ -122,7 +123,8 @@ def _lower(graph: torch.fx.Graph, node: Node, gemm: EinsumGemm, a: Node, b: Node
     with graph.inserting_before(node):
         a_view = _grouped(graph, a, gemm.a, gemm.batch + gemm.rows + gemm.contracted, nb)
         a_view = _merge(graph, a_view, nb + len(gemm.rows), len(gemm.contracted))
-        a_view = _merge(graph, a_view, nb, len(gemm.rows))
+        leading = not gemm.batch and gemm.rows  # matmul folds a's leading dims into M itself
+        a_view = a_view if leading else _merge(graph, a_view, nb, len(gemm.rows))
         b_view = _grouped(graph, b, gemm.b, gemm.batch + gemm.contracted + gemm.cols, nb)
         b_view = _merge(graph, b_view, nb + len(gemm.contracted), len(gemm.cols))
         b_view = _merge(graph, b_view, nb, len(gemm.contracted))
@@ -131,8 +133,8 @@ def _lower(graph: torch.fx.Graph, node: Node, gemm: EinsumGemm, a: Node, b: Node
         result = product
         if len(gemm.cols) != 1:
             sizes = tuple(_size(graph, b, gemm.b.index(c)) for c in gemm.cols)
-            result = _unmerge(graph, result, nb + 1, sizes)
-        if len(gemm.rows) != 1:
+            result = _unmerge(graph, result, -1, sizes)  # N is the last dim
+        if len(gemm.rows) != 1 and not leading:
             sizes = tuple(_size(graph, a, gemm.a.index(c)) for c in gemm.rows)
             result = _unmerge(graph, result, nb, sizes)
         natural = gemm.batch + gemm.rows + gemm.cols
