@@ -66,6 +66,12 @@ async def test_a_finished_job_shows_one_speedup_everywhere(client: LanguageClien
     assert SPEEDUP.findall(hover.contents.value) == [figure], hover.contents.value
     (waiting,) = (await execute(lsp, "kernelAgent.pendingRewrite", uri=uri))["rewrites"]
     assert waiting["summary"] == said
+    # every candidate's fate, summed up in one line: the hover and the pending rewrite say it
+    fates = re.fullmatch(r"(\d+) candidates?: 1 chosen(, \d+ [a-z ]+)*", waiting["candidates"])
+    assert fates, waiting["candidates"]
+    assert f"The search's {waiting['candidates']}." in hover.contents.value
+    logged = [m.message for m in lsp.log_messages if "] fate of " in m.message]
+    assert len(logged) == int(fates.group(1)), logged
 
     # the progress: the search's best is labelled as its own; the end is the result's figure
     (token,) = [t for t in lsp.progress_reports if str(t).startswith("kernel-agent/")]
