@@ -3,7 +3,9 @@ LLM sees them (KernelSkill's machine check: metrics → bottleneck signature →
 allowed and forbidden methods).
 
 It is deterministic and explains itself: every allowed skill carries the facts that let it in,
-every forbidden one the rule that kept it out.
+every forbidden one the rule that kept it out. The profile orders the skills but never hides
+one whose `offer_when` the source meets (equality saturation: a proof that a cheaper form
+exists holds whatever a measurement says).
 """
 
 from __future__ import annotations
@@ -276,6 +278,15 @@ def source_holds(trigger: Trigger | None, facts: GateFacts) -> bool:
     return _check(source_only, facts)[0]
 
 
+def _offered(skill: Skill, facts: GateFacts) -> tuple[bool, list[str]]:
+    """Whether the skill's `offer_when` holds: its source and device conditions, under which
+    no profile may hide it (a pass that proves a cheaper form exists: a GEMM measured at its
+    peak, against a ceiling measured under load, can still be provably unnecessary)."""
+    if skill.offer_when is None:
+        return False, []
+    return _check(skill.offer_when, facts)
+
+
 def gate(
     profile: Profile | None,
     source: str,
@@ -288,10 +299,14 @@ def gate(
     result = GateResult(facts)
     for skill in skills if skills is not None else load_skills():
         triggered, why = _check(skill.trigger, facts)
-        if not triggered:
+        offered, offer_why = _offered(skill, facts)
+        if not triggered and not offered:
             result.not_triggered += 1
             continue
-        if skill.forbid_when is not None:
+        if offered and not triggered:
+            held = "; ".join(reason[2:] for reason in why if reason.startswith("✗"))
+            why = [*offer_why, f"✓ offered whatever the profile says (it says: {held})"]
+        if skill.forbid_when is not None and not offered:
             blocked, block_why = _check(skill.forbid_when, facts)
             if blocked:
                 held = [reason[2:] for reason in block_why]

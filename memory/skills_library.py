@@ -162,6 +162,10 @@ class Skill:
     trigger: Trigger
     forbid_when: Trigger | None
     source: str
+    offer_when: Trigger | None = None
+    """Conditions on the source and the device only: where they hold, the gate allows the
+    skill whatever the profile says (the profile then only orders it); for a pass that proves
+    a cheaper form exists, which no measurement can rule out."""
 
 
 _REQUIRED = (
@@ -174,7 +178,9 @@ _REQUIRED = (
     "expected_gain",
     "gain_estimate",
 )
-_OPTIONAL = ("offline_pass", "trigger", "forbid_when")
+_OPTIONAL = ("offline_pass", "trigger", "forbid_when", "offer_when")
+OFFER_KEYS = ("code_features", "any_code_features", "devices")
+"""What `offer_when` may test: what the source and the device say, never the profile."""
 _SKILL_KEYS = _REQUIRED + _OPTIONAL
 
 
@@ -232,6 +238,7 @@ def skill_to_json(skill: Skill) -> dict[str, Any]:
         "offline_pass": skill.offline_pass,
         "trigger": trigger(skill.trigger),
         "forbid_when": trigger(skill.forbid_when),
+        "offer_when": trigger(skill.offer_when),
         "source": skill.source,
     }
 
@@ -339,6 +346,17 @@ def _parse_skill(file: str, index: int, table: dict[str, Any]) -> Skill:
         if not forbid_when.present():
             # An empty table would hold always and forbid the skill everywhere.
             raise fail("forbid_when", "must set at least one key (or be left out)")
+    offer_when = None
+    if "offer_when" in table:
+        offer_when = _parse_trigger(fail, "offer_when", table["offer_when"])
+        if not offer_when.present():
+            raise fail("offer_when", "must set at least one key (or be left out)")
+        for key in offer_when.present():
+            if key not in OFFER_KEYS:
+                raise fail(
+                    f"offer_when.{key}",
+                    f"tests the profile; offer_when may test only {', '.join(OFFER_KEYS)}",
+                )
 
     return Skill(
         id=skill_id,
@@ -353,6 +371,7 @@ def _parse_skill(file: str, index: int, table: dict[str, Any]) -> Skill:
         trigger=trigger,
         forbid_when=forbid_when,
         source=file,
+        offer_when=offer_when,
     )
 
 

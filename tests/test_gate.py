@@ -133,11 +133,15 @@ def test_gate_is_deterministic_and_explains_every_choice(profiles):
 
 
 def test_without_a_profile_profile_conditions_do_not_hold():
+    """Without a profile a skill gets in only through the source: a trigger that tests no
+    profile fact, or an `offer_when` the source meets (which says so)."""
     source = (PROBLEMS / "13_gemm_divide_sum_scaling.py").read_text()
     result = gate(None, source, device="cpu")
     for choice in result.allowed:
         trigger = choice.skill.trigger
-        assert not (trigger.bound or trigger.op_categories or trigger.headroom)
+        if trigger.bound or trigger.op_categories or trigger.headroom:
+            assert choice.skill.offer_when is not None
+            assert "offered whatever the profile says" in choice.why[-1]
 
 
 def test_low_headroom_forbids_what_the_library_forbids_there(profiles):
