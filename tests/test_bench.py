@@ -11,6 +11,7 @@ import pytest
 
 from agents.bench.report import BenchReport, BenchRow
 from agents.bench.suite import baseline_candidate, discover, problem_name
+from agents.search.fates import CandidateFate, Fate, fates_summary
 from agents.task import SourceFile, outline_candidate
 from tests.conftest import PROBLEMS, ROOT
 
@@ -233,5 +234,14 @@ def test_bench_optimize_runs_the_offline_optimizer_and_says_where_time_went(tmp_
     assert spent <= row["wall_s"] + 0.5  # the stages lie within the row's wall time
     summary = report["summary"]
     assert summary["problems"] == 1 and summary["slower_than_original"] == 0
+    # every candidate's fate; the one offered carries the row's own time
+    fates = [CandidateFate.from_json(entry) for entry in row["candidates"]]
+    assert fates and [f.to_json() for f in fates] == row["candidates"]
+    chosen = [f for f in fates if f.fate is Fate.CHOSEN]
+    if row["answer"] == "ours":
+        assert len(chosen) == 1 and chosen[0].time_ms == row["agent_ms"]
+    else:
+        assert not chosen
     rendered = _bench("--from-json", str(out), "--markdown")
     assert rendered.returncode == 0 and "| 13_gemm_divide_sum_scaling |" in rendered.stdout
+    assert f"13_gemm_divide_sum_scaling: the search's {fates_summary(fates)}" in rendered.stdout
