@@ -1,10 +1,11 @@
-"""What a term costs to run: seconds under this machine's roofline, per node.
+"""What a term costs to run: seconds under a typical roofline of the device class, per node.
 
 A node costs the larger of its bytes over the memory bandwidth and its FLOPs over the matmul
-throughput, plus a fixed launch cost, on the example's shapes and the profiler's measured
-ceilings. The extractor hands a node only its children's costs, so a cost carries the shape
-of its term with it (compared on seconds only). Only the ranking matters: the sandbox times
-the result and the reviewer judges it, whatever the model says.
+throughput, plus a fixed launch cost, on the example's shapes and a fixed ratio per device
+class (never measured under the pass: the same source gets the same algebra on every machine
+and under any load). The extractor hands a node only its children's costs, so a cost carries
+the shape of its term with it (compared on seconds only). Only the ranking matters: the
+sandbox times the result and the reviewer judges it, whatever the model says.
 """
 
 from __future__ import annotations
@@ -39,14 +40,11 @@ class Roofline:
     flops_per_s: float
 
     @classmethod
-    def for_device(cls, device: str, threads: int = 1) -> Roofline:
-        try:
-            from agents.profile.ceilings import get_ceilings
-
-            ceilings = get_ceilings(device, threads)
-            return cls(ceilings.memory_gbps * 1e9, ceilings.matmul_gflops * 1e9)
-        except Exception:  # no measurement here: a typical machine's ratio
-            return cls(2e12, 5e13) if device == "cuda" else cls(1e10, 1e11)
+    def for_device(cls, device: str) -> Roofline:
+        """A typical machine of this device class, never a measurement: the proof is the
+        same on every machine and under any load, and a sandboxed pass spends no seconds
+        measuring (only the ranking of forms needs the ratio; the sandbox times the result)."""
+        return cls(2e12, 5e13) if device == "cuda" else cls(1e10, 1e11)
 
 
 class TermCost:
