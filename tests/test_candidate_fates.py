@@ -16,6 +16,7 @@ from agents.search.fates import (
     Fate,
     FateLog,
     demote_chosen,
+    failure_fate,
     fate_of_verdict,
     fates_from_json,
     fates_summary,
@@ -231,3 +232,18 @@ def test_the_table_shows_every_candidate_with_its_figures():
     assert "4.800" in chosen_line and "3.12x" in chosen_line and "chosen: offered" in chosen_line
     assert "failed to build: SyntaxError: bad" in text
     assert "did not apply: none" in text  # the pass's own name is not repeated
+
+
+def test_only_finite_outputs_beyond_the_band_are_out_of_band():
+    def fate(result: EvalResult) -> Fate:
+        return failure_fate(result)[0]
+
+    drift = ["output 0: max |diff| 0.1 fails allclose, and its error against float64 is 3x"]
+    assert fate(EvalResult(Verdict.INCORRECT, drift, float64_error_ratio=3.0)) is Fate.OUT_OF_BAND
+    inside = ["a timed run: its output has another structure than during verification"]
+    assert fate(EvalResult(Verdict.INCORRECT, inside, float64_error_ratio=0.5)) is Fate.INCORRECT
+    nan = ["output 0: NaN or Inf where the reference is finite"]
+    assert fate(EvalResult(Verdict.INCORRECT, nan, float64_error_ratio=9.0)) is Fate.INCORRECT
+    assert fate(EvalResult(Verdict.TIMEOUT, ["running took longer than 5 s"])) is (
+        Fate.FAILED_TO_BUILD
+    )
