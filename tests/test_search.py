@@ -222,6 +222,11 @@ def test_openai_backend_repairs_until_a_fix_passes_and_fixes_the_class_name(tmp_
     steps = [(p["repair"], p["verdict"]) for p in report["trajectory"]]
     assert steps == [(0, "incorrect"), (2, "incorrect"), (3, "correct")]
     assert report["verdict"] == "correct"
+    # every attempt's fate, the repeated fix included; the last fix is the one offered
+    fates = [(c["repair"], c["fate"]) for c in report["candidates"]]
+    assert [repair for repair, _ in fates] == [0, 1, 2, 3]
+    assert fates[1][1] == "duplicate" and fates[3][1] == "chosen"
+    assert {fates[0][1], fates[2][1]} <= {"incorrect", "out_of_band"}
     assert script.calls == {"planner": 1, "executor": 2, "repairer": 3}  # no memory: no summary
     assert report["cost"]["roles"]["repairer"]["calls"] == 3
 
@@ -277,6 +282,14 @@ def test_the_evaluation_budget_stops_the_search(tmp_path):
     assert report["verdict"] == "no_improvement" and report["output"] is None
     assert report["speedup"] == 1.0
     assert not (tmp_path / "o.py").exists()
+    # its fate says so; any sample the budget left unjudged says that
+    (judged,) = [c for c in report["candidates"] if c["evaluation"] is not None]
+    assert judged["fate"] == "slower" and judged["vs_reference"] == only["speedup"]
+    assert judged["reason"].startswith("no faster than the reference")
+    for other in report["candidates"]:
+        assert other is judged or (
+            other["fate"] == "cut_by_budget" and "evaluation budget" in other["reason"]
+        )
 
 
 def test_the_cost_budget_stops_the_search(tmp_path):
