@@ -6,6 +6,7 @@ and the summary the editor shows counts them in words."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -247,3 +248,14 @@ def test_only_finite_outputs_beyond_the_band_are_out_of_band():
     assert fate(EvalResult(Verdict.TIMEOUT, ["running took longer than 5 s"])) is (
         Fate.FAILED_TO_BUILD
     )
+
+
+def test_a_long_search_prints_a_short_table_that_keeps_the_chosen_one():
+    many = [CandidateFate(f"plan {i}", f"pass-{i}", Fate.SLOWER, "correct") for i in range(30)]
+    many[25] = replace(many[25], fate=Fate.CHOSEN)
+    console = Console(record=True, width=300)
+    console.print(fates_table([("", many)], title=fates_title(many), limit=20))
+    text = console.export_text()
+    listed = [line for line in text.splitlines() if "pass-" in line]
+    assert len(listed) == 20 and "pass-25" in listed[-1] and "pass-18 " in listed[-2]
+    assert "… 10 more (--json lists every candidate)" in text

@@ -16,6 +16,7 @@ from agents.search.fates import CandidateFate, Fate, fates_summary
 
 COLUMNS = ("pass/plan", "verdict", "error/band", "time ms", "vs best", "vs ref", "why")
 WHY_CHARS = 100
+MAX_ROWS = 20
 VERDICT_WORDS = {"no_code": "no code", "not_judged": "not judged"}
 LEGEND = (
     "error/band: the error against float64 over the allowed band (<= 1 passes); vs best: "
@@ -49,16 +50,35 @@ def fate_cells(fate: CandidateFate) -> list[str]:
     ]
 
 
+def shown(fates: Sequence[CandidateFate], limit: int) -> list[CandidateFate]:
+    """At most `limit` candidates, in the order they were made, the chosen one always among
+    them: a search of hundreds still prints a table a person reads."""
+    if len(fates) <= limit:
+        return list(fates)
+    keep = {i for i, f in enumerate(fates) if f.fate is Fate.CHOSEN}
+    keep |= set(range(len(fates))[: max(0, limit - len(keep))])
+    return [f for i, f in enumerate(fates) if i in keep]
+
+
 def fates_table(
-    groups: Iterable[tuple[str, Sequence[CandidateFate]]], *, title: str, problems: bool = False
+    groups: Iterable[tuple[str, Sequence[CandidateFate]]],
+    *,
+    title: str,
+    problems: bool = False,
+    limit: int = MAX_ROWS,
 ) -> Table:
-    """A table of (problem, fates) groups; `problems` adds the problem's column (bench)."""
+    """A table of (problem, fates) groups, at most `limit` rows each (`--json` has them all);
+    `problems` adds the problem's column (bench)."""
     table = Table(title=title, title_justify="left", caption=LEGEND, caption_justify="left")
     for header in ("problem", *COLUMNS) if problems else COLUMNS:
         table.add_column(header, overflow="fold")
     for problem, fates in groups:
-        for fate in fates:
+        rows = shown(fates, limit)
+        for fate in rows:
             table.add_row(*([problem] if problems else []), *fate_cells(fate))
+        if len(rows) < len(fates):
+            more = f"… {len(fates) - len(rows)} more (--json lists every candidate)"
+            table.add_row(*([problem] if problems else []), more, *[""] * (len(COLUMNS) - 1))
     return table
 
 
