@@ -196,6 +196,11 @@ def test_without_an_offered_kernel_each_correct_candidate_says_why():
         final["p-fast"].reason == "3.00x in the search, 1.01x on fresh inputs: not beyond the noise"
     )
     assert final["p-slow"].reason.startswith("not re-measured")
+    broken = _search_log()  # correct in the search, wrong on the fresh inputs
+    nan = "call 2, output 0: NaN or Inf where the reference is finite"
+    broken.confirmed("fast", EvalResult(Verdict.INCORRECT, [nan]))
+    fast = next(f for f in broken.final(None, 1.0, confirmed=False) if f.plan == "p-fast")
+    assert fast.fate is Fate.INCORRECT and fast.reason == f"on fresh inputs: {nan}"
     cancelled = FateLog()
     _judge(cancelled, "p-only", _correct(5.0), source="only")
     (only,) = cancelled.final("only", 3.0, confirmed=False)

@@ -257,7 +257,8 @@ class FateLog:
                     fate = self._chosen(fate, speedup, confirmed, key)
                     key = ""  # one chosen, even if the same code was judged twice
                 else:
-                    fate = replace(fate, reason=self._why_slower(entry, searched))
+                    kind, why = self._why_not_chosen(entry, searched)
+                    fate = replace(fate, fate=kind, reason=why)
             out.append(fate)
         return tuple(out)
 
@@ -282,19 +283,23 @@ class FateLog:
             reason=f"offered: re-measured on fresh inputs (the search measured {searched})",
         )
 
-    def _why_slower(self, entry: _Entry, chosen_speedup: float | None) -> str:
+    def _why_not_chosen(self, entry: _Entry, chosen_speedup: float | None) -> tuple[Fate, str]:
         """A correct candidate that was not offered: slower than the chosen one, no faster
-        than the reference, or not confirmed on fresh inputs."""
+        than the reference, or not confirmed on fresh inputs (where it may even have failed)."""
         mine = entry.fate.vs_reference
         check = self.confirmations.get(entry.key)
         if check is not None:
             if not check.correct:
-                verdict = check.verdict.value.replace("_", " ")
-                return f"on fresh inputs: {verdict}: {first_line(check.reasons)}"
+                kind, why = failure_fate(check)
+                return kind, f"on fresh inputs: {why}"
             again = f"{check.speedup:.2f}x" if check.speedup else "no faster"
-            return f"{mine or 0:.2f}x in the search, {again} on fresh inputs: not beyond the noise"
+            return Fate.SLOWER, (
+                f"{mine or 0:.2f}x in the search, {again} on fresh inputs: not beyond the noise"
+            )
         if chosen_speedup and mine is not None:
-            return f"{mine:.2f}x against the chosen kernel's {chosen_speedup:.2f}x (in the search)"
+            return Fate.SLOWER, (
+                f"{mine:.2f}x against the chosen kernel's {chosen_speedup:.2f}x (in the search)"
+            )
         if mine is not None and mine <= 1.0:
-            return f"no faster than the reference ({mine:.2f}x)"
-        return "not re-measured: the faster candidates tried first were not confirmed"
+            return Fate.SLOWER, f"no faster than the reference ({mine:.2f}x)"
+        return Fate.SLOWER, "not re-measured: the faster candidates tried first were not confirmed"
