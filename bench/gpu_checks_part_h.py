@@ -54,17 +54,14 @@ def h_pending() -> list[str]:
 def _chosen(row: dict[str, Any]) -> dict[str, Any]:
     """The candidate the row offers, from its `candidates` list (issue 31), if it has one."""
     for cand in row.get("candidates") or []:
-        if cand.get("fate") == "chosen" or cand.get("why") == "chosen":
+        if cand.get("fate") == "chosen":
             return cand
     return {}
 
 
 def _band(row: dict[str, Any]) -> float | None:
     cand = _chosen(row)
-    for key in ("error_band_ratio", "band_ratio", "float64_error_ratio"):
-        if cand.get(key) is not None:
-            return float(cand[key])
-    return row.get("float64_error_ratio")
+    return None if cand.get("error_ratio") is None else float(cand["error_ratio"])
 
 
 def gemm_lines(

@@ -38,7 +38,7 @@ def _row(problem: str, speedup: float, verdict: str = "correct") -> dict:
         "speedup": speedup,
         "vs_compile": 9.0 / (10.0 / speedup),
         "methods": ["triton-gemm"],
-        "candidates": [{"fate": "chosen", "error_band_ratio": 0.2}],
+        "candidates": [{"fate": "chosen", "error_ratio": 0.2}],
     }
 
 
