@@ -120,7 +120,7 @@ def test_each_gemm_spelling_is_rewritten_and_matches_float64(interpreter, name):
     result = rewrite(text)
     assert result.source is not None, result.summary
     assert len(result.changes) == 1 and "one Triton kernel" in result.changes[0]
-    interpreted(interpreter, text)
+    interpreted(interpreter, text, tiles=2)
 
 
 @pytest.mark.parametrize("equation", list(EINSUMS))
@@ -133,7 +133,7 @@ def test_each_gemm_einsum_is_rewritten_and_matches_float64(interpreter, equation
     assert change.startswith("einsum('") and "one Triton kernel" in change
     assert ("* 2.0" in change) == fused, change
     assert "torch.einsum" not in result.source.split("class ModelNew")[1]
-    interpreted(interpreter, text)
+    interpreted(interpreter, text, tiles=2)
 
 
 BN_GELU_RELU = """
@@ -205,7 +205,7 @@ def test_a_gemm_before_training_batchnorm_is_replaced_and_the_rest_kept(interpre
     forward = _forward(result.source)
     assert "self._triton_gemm_0(" in forward and "self.batch_norm(" in forward
     assert "gelu(" in forward and "relu(" in forward
-    interpreted(interpreter, text)
+    interpreted(interpreter, text, tiles=2)
 
 
 def test_a_gemm_before_training_dropout_and_a_wide_softmax_is_replaced_alone():
@@ -222,7 +222,7 @@ def test_a_wide_softmax_after_a_gemm_matches_float64(interpreter):
         "        return torch.softmax(args[0] @ args[1], dim=-1)",
         "[torch.randn(19, 23), torch.randn(23, 300)]",
     )
-    interpreted(interpreter, text)
+    interpreted(interpreter, text, tiles=2)
 
 
 REFUSED = {
@@ -306,7 +306,7 @@ def test_a_drawn_gemm_einsum_lowers_to_views_around_one_matmul_of_the_same_value
 def test_a_drawn_gemm_einsum_matches_float64_in_the_interpreter(interpreter, drawn):
     equation, shape_a, shape_b = drawn
     text = _einsum_problem(equation, f"[torch.randn({shape_a}), torch.randn({shape_b})]")
-    interpreted(interpreter, text)
+    interpreted(interpreter, text, tiles=2)
 
 
 # -- the tile table and its pruning -----------------------------------------------------------

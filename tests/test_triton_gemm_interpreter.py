@@ -57,13 +57,15 @@ class Interpreter:
         )
         self.count = 0
 
-    def run(self, problem: str, candidate: str) -> list[dict[str, Any]]:
+    def run(self, problem: str, candidate: str, tiles: int | None = None) -> list[dict[str, Any]]:
+        """One run per tile config of each kernel's table, or per `tiles` of them spread
+        over the table (its first and last among them)."""
         self.count += 1
         paths = [self.dir / f"{kind}_{self.count}.py" for kind in ("problem", "candidate")]
         for path, text in zip(paths, (problem, candidate), strict=True):
             path.write_text(text)
         assert self.process.stdin and self.process.stdout
-        self.process.stdin.write(json.dumps([str(p) for p in paths]) + "\n")
+        self.process.stdin.write(json.dumps([*(str(p) for p in paths), tiles]) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
         if not line:
@@ -90,12 +92,15 @@ def interpreter():
     worker.close()
 
 
-def interpreted(interpreter: Interpreter, text: str) -> list[dict[str, Any]]:
-    """The generated kernel's runs (one per tile config) against float64, all in the band."""
+def interpreted(
+    interpreter: Interpreter, text: str, tiles: int | None = None
+) -> list[dict[str, Any]]:
+    """The generated kernel's runs (one per tile config, or per `tiles` of them spread over
+    the table) against float64, all in the band."""
     result = rewrite(text)
     assert result.source is not None, result.summary
     assert check_candidate(result.source) == []  # what the verifier checks before running it
-    runs = interpreter.run(text, result.source)
+    runs = interpreter.run(text, result.source, tiles)
     for run in runs:
         assert run["float64_ok"], run
     return runs
@@ -220,13 +225,24 @@ def test_drawn_shapes_and_chains_match_float64_in_the_interpreter(
     value = "y"
     for op in [*chain, row]:
         value = op.format(value if value == "y" else f"({value})")
-    interpreted(interpreter, linear_problem(value, m, k, n, batch=batch))
+    interpreted(interpreter, linear_problem(value, m, k, n, batch=batch), tiles=4)
 
 
 # -- the worker ----------------------------------------------------------------------------
 
 
-def _interpret(problem_path: str, candidate_path: str) -> list[dict[str, Any]]:
+def _spread(count: int, tiles: int | None) -> list[int]:
+    """`tiles` indices spread over range(count), first and last included (all: None)."""
+    if tiles is None or tiles >= count:
+        return list(range(count))
+    if tiles <= 1:
+        return [0]
+    return sorted({round(i * (count - 1) / (tiles - 1)) for i in range(tiles)})
+
+
+def _interpret(
+    problem_path: str, candidate_path: str, tiles: int | None = None
+) -> list[dict[str, Any]]:
     problem_text = Path(problem_path).read_text()
     problem = load(problem_text, problem_path, f"problem_{Path(problem_path).stem}")
     spec = importlib.util.spec_from_file_location(Path(candidate_path).stem, candidate_path)
@@ -247,7 +263,7 @@ def _interpret(problem_path: str, candidate_path: str) -> list[dict[str, Any]]:
         kernels = [v for k, v in sorted(vars(candidate).items()) if k.startswith("_tgemm_kernel_")]
         tables = [list(kernel.configs) for kernel in kernels]
         runs = []
-        for index in range(max(len(table) for table in tables)):
+        for index in _spread(max(len(table) for table in tables), tiles):
             for kernel, table in zip(kernels, tables, strict=True):
                 kernel.configs = [table[min(index, len(table) - 1)]]
             outputs = flatten(new(*inputs))
@@ -273,10 +289,10 @@ def _worker() -> None:
     answers = os.fdopen(os.dup(1), "w")
     sys.stdout = sys.stderr
     for line in sys.stdin:
-        problem_path, candidate_path = json.loads(line)
+        problem_path, candidate_path, tiles = json.loads(line)
         started = time.perf_counter()
         try:
-            answer: dict[str, Any] = {"runs": _interpret(problem_path, candidate_path)}
+            answer: dict[str, Any] = {"runs": _interpret(problem_path, candidate_path, tiles)}
         except Exception as error:
             answer = {"error": f"{type(error).__name__}: {error}"}
         answer["seconds"] = round(time.perf_counter() - started, 2)
