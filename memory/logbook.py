@@ -74,6 +74,11 @@ def plan_similarity(key_a: str, key_b: str) -> float:
     return len(a & b) / len(a | b)
 
 
+def _plan_head(plan: str) -> str:
+    """A plan's first line: its title and method, without the details."""
+    return plan.strip().split("\n", 1)[0].strip()
+
+
 def _stem(word: str) -> str:
     if word in _PLAN_STOPWORDS or word.isdigit():
         return word
@@ -244,13 +249,16 @@ class Logbook:
     def failed_plans(self, task_id: str) -> list[str]:
         """Plans that did not pay: the attempt was not correct, or was correct but no faster
         than its parent, and no other attempt with the same plan paid (a plan that failed
-        once and then, repaired, succeeded is not a failed plan). Unique, oldest first; for
-        the planner's "do not repeat" list."""
+        once and then, repaired, succeeded is not a failed plan). The same plan is the same
+        first line (title and method): the details may differ between runs, as a planner's
+        memory note does, and a plan that paid on this task must never be hidden because it
+        found nothing on another kernel of it. Unique, oldest first; for the planner's "do
+        not repeat" list."""
         attempts = self.attempts(task_id)
         by_id = {a.id: a for a in attempts}
         failed: list[str] = []
         paid = {
-            a.plan
+            _plan_head(a.plan)
             for a in attempts
             if a.correct
             and a.plan
@@ -262,7 +270,7 @@ class Logbook:
             )
         }
         for attempt in attempts:
-            if attempt.plan in paid:
+            if _plan_head(attempt.plan) in paid:
                 continue
             parent = by_id.get(attempt.parent_id) if attempt.parent_id is not None else None
             slower = (

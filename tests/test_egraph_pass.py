@@ -23,6 +23,7 @@ REDUCED = {
     "1_Gemm_Max_SubtractMean_GELU": {"sub-self", "mean-over-size-1", "gelu-at-0"},
     "2_Gemm_Mean_LogSumExp": {"mean-through-linear", "logsumexp-over-size-1"},
     "3_Conv3d_GroupNorm_Min_Clamp_Dropout": {"clamp-below", "dropout-of-zero"},
+    "4_Gemm_RowMax_Centre_GELU": {"sub-self", "mean-over-size-1", "gelu-at-0"},
 }
 BENCH_FOUND = {  # what the deleted pattern passes found on our own suite, still found
     "11_conv_bias_scale_clamp": {"channel-shift-into-conv", "channel-scale-into-conv"},

@@ -26,12 +26,7 @@ from agents.llm.accounting import CostMeter
 from agents.llm.base import BudgetExhaustedError, LLMError, MissingAPIKeyError
 from agents.profile.api import ProfileError, profile_file
 from agents.profile.report import Profile
-from agents.roles.base import (
-    Candidate,
-    Plan,
-    PlanningContext,
-    SkillBrief,
-)
+from agents.roles.base import Candidate, Plan, PlanningContext, SkillBrief
 from agents.search import events as ev
 from agents.search.budget import Budget, BudgetTracker, CancelToken
 from agents.search.finish import finish
@@ -44,6 +39,7 @@ from agents.search.knowledge import (
     skill_briefs,
 )
 from agents.search.nodes import Node, Roles, Sample, SearchConfig, SearchMemory, SearchState
+from agents.search.recall import recall_best
 from agents.search.records import log_attempt, record_outcome, record_unjudged
 from agents.search.remember import remember
 from agents.search.result import SearchResult
@@ -128,6 +124,7 @@ class Search:
         state.seen[source_hash(root.source)] = ("the reference itself", 1.0)
         try:
             await self._prepare(root)
+            await recall_best(self, state)  # memory's best, re-verified: never less
             await self._loop(state)
         except asyncio.CancelledError:
             self._stop_reason = "cancelled"

@@ -1,0 +1,128 @@
+"""Memory's best verified kernel for this task, handed back to a new run of it.
+
+A later run of the same problem must never return less than memory holds, and memory must
+never hide a rewrite: the planner skips plans the logbook has already tried, so what those
+plans produced comes back here instead. The logbook's fastest verified rewrite is judged
+again through the normal evaluation path, on inputs it was not verified on, and joins the
+beam as a candidate of this run; `finish` then re-measures it like any other. When it no
+longer passes, the run says so in one line (a note of the result and a progress event).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from agents.evaluate import EvalCancelled
+from agents.roles.base import Plan
+from agents.search import events as ev
+from agents.search.nodes import Node, SearchState
+from agents.search.records import log_attempt, record_outcome
+from agents.task import SourceFile
+from memory.logbook import Attempt, Logbook, plan_key
+from memory.normalize import source_hash
+
+if TYPE_CHECKING:
+    from agents.search.beam import Search
+
+RECALLED = "Recalled from memory: "
+"""Put before the recalled plan's title, so the trajectory and the progress (which cuts long
+titles at their end) name it."""
+_PLAN_HEAD = re.compile(r"^(?P<title>.*) \[(?P<method>[^\[\]\n]+)\]$")
+
+
+def lineage(logbook: Logbook, attempt: Attempt) -> list[Attempt]:
+    """The verified kernels from the reference down to `attempt`, reference excluded, in the
+    order their plans were applied (a repair's failed tries in between are left out)."""
+    chain: list[Attempt] = []
+    current: Attempt | None = attempt
+    while current is not None and current.parent_id is not None:
+        if current.correct and current.plan:
+            chain.append(current)
+        current = logbook.get(current.parent_id)
+    return chain[::-1]
+
+
+def plan_of(attempt: Attempt) -> Plan:
+    """The plan an attempt was made with, back from the text the logbook kept."""
+    head, _, details = attempt.plan.partition("\n")
+    found = _PLAN_HEAD.match(head.strip())
+    if found is None:
+        return Plan(title=head.strip() or "a rewrite", method=head.strip(), details=details)
+    skill = attempt.skills[0] if attempt.skills else None
+    return Plan(found["title"], found["method"], details, skill_id=skill)
+
+
+async def recall_best(search: Search, state: SearchState) -> None:
+    """Re-verify memory's fastest verified rewrite of this task on fresh inputs; a kernel
+    that passes joins the beam (and may be the run's best), one that fails is said so."""
+    logbook = search.memory.logbook
+    if logbook is None or search._should_stop(calls=False):
+        return
+    best = logbook.best(search.task_id)
+    if best is None or best.parent_id is None or (best.speedup or 0.0) <= 1.0:
+        return
+    source = logbook.source(best.id)
+    chain = lineage(logbook, best)
+    if not source or not chain:
+        return
+    key = source_hash(source)
+    if key in state.seen:
+        return
+    state.seen[key] = ("being judged", None)
+    plans = [plan_of(attempt) for attempt in chain]
+    last = plans[-1]
+    plan = replace(last, title=RECALLED + last.title)
+    search.tracker.evaluations += 1
+    state.evaluations += 1
+    tried = len(logbook.attempts(search.task_id))  # fresh inputs on every later run too
+    options = replace(search.options, seed=search._seed_for(f"{key}#recalled-{tried}"))
+    try:
+        result = await search.pool.submit(
+            search.reference, SourceFile(source, "<recalled from memory>"), options,
+            search.cancel.event,
+        )  # fmt: skip
+    except EvalCancelled:
+        return
+    state.seen[key] = (result.verdict.value, result.speedup)
+    speedup = result.speedup if result.correct else None
+    reason = "; ".join(result.reasons)[:300]
+    attempt_id = log_attempt(
+        search, last, source, best.parent_id, result.verdict.value, speedup, reason, 0
+    )
+    record_outcome(
+        search, state, plan, 0, 0, result.verdict.value, speedup, reason,
+        result=result, source=source,
+    )  # fmt: skip
+    if speedup is None or speedup <= 1.0:
+        held = f"memory's best rewrite of this problem ({best.speedup:.2f}x, {last.title})"
+        state.notes.append(
+            f"{held} failed re-verification on fresh inputs: {result.verdict.value}"
+            + (f": {reason[:200]}" if reason else "")
+            if speedup is None
+            else f"{held} re-verified correct but at {speedup:.2f}x on fresh inputs"
+        )
+        return
+    node = Node(
+        source=source,
+        speedup=speedup,
+        methods=tuple(p.method for p in plans),
+        plan_keys=tuple(plan_key(p.text()) for p in plans),
+        plan=plan,
+        attempt_id=attempt_id,
+        iteration=state.iteration,
+        result=result,
+        ci=result.speedup_ci,
+    )
+    state.beam = sorted([*state.beam, node], key=lambda n: -n.speedup)[: search.config.beam]
+    if node.speedup > state.best.speedup:
+        state.best = node
+        search.emit(
+            ev.NewBest(
+                iteration=state.iteration,
+                speedup=round(node.speedup, 4),
+                plan=plan.title,
+                evaluations=state.evaluations,
+            )
+        )
