@@ -1,9 +1,10 @@
 """The outside clock's arithmetic: what it subtracts, and when it refuses to subtract.
 
-A timed request holds the call and the request's own cost (round trip, checksum), which is
+A timed request holds its calls and the request's own cost (round trip, checksums), which is
 measured on the reference and subtracted. A call shorter than that cost's jitter cannot be
 told apart from it: subtracting would leave noise (or a clamp at ~0, which once showed as a
-956197x "best"), so whole requests are compared instead.
+956197x "best"), so such a call is counted at the resolution instead (the jitter over the
+request's K calls: tests/test_clock_batched.py).
 """
 
 from __future__ import annotations

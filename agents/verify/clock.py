@@ -1,28 +1,39 @@
 """Timing from outside: the parent's clock around requests to two separate processes.
 
 Why: any clock, event or synchronise inside the candidate's process is the candidate's to
-fake. Here a timed run is one request, "run the model on the inputs you just drew, then send
-the checksum of the output under weights drawn from this seed", and its reply. The parent's
-clock brackets it. Because the weights arrive with the request, the reply cannot come before
-the whole output exists: work started early in the background or finished late is inside the
-bracket or is caught by the checksum. Around that:
-- every iteration draws fresh inputs from a new seed, so nothing can be replayed or memoised;
+fake. Here a timed request is "make your K calls, each on its own inputs drawn just before,
+then send the checksums of all K outputs under weights drawn from this seed", and its reply.
+The parent's clock brackets it. Because the weights arrive with the request, the reply cannot
+come before every output exists: work started early in the background or finished late is
+inside the bracket or is caught by the checksums. K calls a request, not one: a request
+costs a round trip (and on the GPU a context switch) whose size and jitter would otherwise
+cap any speedup of a short call; K is chosen from the untimed warm-up rounds so that a request
+lasts about `ClockConfig.request_s` (20 ms), the same K on both sides, capped by the memory K
+input sets and outputs take and by the slower side's request length (K = 1 for long calls).
+Around that:
+- every call of every request has inputs freshly drawn from a seed of the parent's (the K
+  sets drawn in the `prepare` request before the clock starts), so nothing can be replayed
+  or memoised; each call first seeds torch's generators from its own seed, so random ops
+  (dropout) draw the same numbers on both sides call by call;
 - reference and candidate alternate (ABBA), and both are stopped (SIGSTOP) whenever they are
   not answering a request, so neither works in the background or takes the CPU from the
   other's run; both are treated alike, so the treatment costs both the same;
-- each timed run follows an untimed call of the same side on other inputs, so it runs as a
-  caller's repeated call does (caches and TLB its own), not as the first call after the other
+- each timed request follows an untimed call of the same side on other inputs, so it runs as
+  a caller's repeated calls do (caches and TLB its own), not as the first call after the other
   process ran; the timed inputs are drawn after that call, so it cannot work on them;
-- what the bracket holds besides the call (the round trip and the checksum) is measured on
-  the reference alone (a checksum-only request right after its run) and subtracted from
-  both: nothing the candidate reports about itself is ever subtracted;
-- a random share of the iterations is fetched in full and compared with the float64 anchor;
+- what the bracket holds besides the calls (the round trip, the checksums and, on the CPU,
+  the seeding) is measured on the reference alone (the same request less its calls, right
+  after its timed one) and subtracted from both; a call's time is what is left over K:
+  nothing the candidate reports about itself is ever subtracted;
+- a random share of the requests has one of its K calls, picked once all checksums are in,
+  fetched in full and compared with the float64 anchor;
 - drawing inputs is timed on both sides: a candidate that takes longer there (working on the
   inputs before the clock starts) is refused;
-- on the GPU the parent flushes the L2 before every timed run and before every overhead
+- on the GPU the parent flushes the L2 before every timed request and before every overhead
   request (agents/verify/devflush.py: so both sides, and the overhead, start after the same
   context switch), timed from its host: flushes far slower than alone mean work left
-  running on the device.
+  running on the device. The K calls of a request follow each other without a flush, as a
+  caller's do; each reads its own inputs, cold since the flush.
 """
 
 from __future__ import annotations
@@ -67,10 +78,24 @@ class ClockConfig:
     hidden_floor_s: float = 10e-6
     canary_floor_ms: float = 0.25  # host-timed flushes jitter by tens of microseconds
     cuda_graph: bool = False
+    request_s: float = 0.02
+    """A timed request makes as many calls as last about this long (less where the budget
+    cannot hold `min_runs` rounds of four such requests): its own cost is then a small share."""
+    max_calls: int = 1000
+    calls_bytes: int = 16 << 30
+    """The K input sets and outputs of a request take at most `free_share` of the memory free
+    on the device (both sides hold theirs at once, and their models need the rest), and at
+    most this much. Not 1 GiB: GPU-size problems draw 1-2 GiB a set, and K = 1 there would
+    leave their sub-millisecond calls carrying the whole request's cost."""
+    free_share: float = 0.25
+    slow_request_s: float = 0.25
+    """The slower side's requests stay under this: K serves the faster side's resolution,
+    not more of the slower side's time."""
 
 
 @dataclass
 class _Record:
+    calls: int = 1  # K: the calls of each timed request
     ref: list[float] = field(default_factory=list)  # timed requests, seconds
     cand: list[float] = field(default_factory=list)
     overhead: list[float] = field(default_factory=list)  # reference's checksum-only requests
@@ -78,10 +103,17 @@ class _Record:
     cand_prepare: list[float] = field(default_factory=list)
     flushes: list[float] = field(default_factory=list)  # the parent's L2 flushes, host ms
 
-    def net(self) -> tuple[list[float], list[float]]:
-        """Run times less the median of what a timed request costs besides the call."""
-        extra = statistics.median(self.overhead)
-        return [max(t - extra, 1e-9) for t in self.ref], [max(t - extra, 1e-9) for t in self.cand]
+    def net(self, floor: float = 1e-9) -> tuple[list[float], list[float]]:
+        """Per call: timed requests less the median of what a request costs besides its
+        calls, over K; never below `floor`."""
+        extra, calls = statistics.median(self.overhead), self.calls
+        return tuple(  # type: ignore[return-value]
+            [max((t - extra) / calls, floor) for t in side] for side in (self.ref, self.cand)
+        )
+
+    def resolution(self) -> float:
+        """The shortest call a request of K calls tells apart from its own jitter."""
+        return self.jitter() / self.calls
 
     def jitter(self) -> float:
         """The spread (interquartile range) of the requests' own cost, with a 5 us floor."""
@@ -116,11 +148,14 @@ class OutsideClock:
         self.device = device
         self.config = config
         self.timeout_s = timeout_s
+        self.request_timeout_s = timeout_s  # grows with K: a request holds K calls
         self.full_check = full_check
         self.compare_checksums = compare_checksums
         self.flush_alone_ms = flush_alone_ms
         self.rng = random.Random(secrets.randbits(64))
         self.notes: list[str] = []
+        self.calls = 1  # K, the same for both sides
+        self.footprint: dict[str, int] = {}  # the reference's: one input set, one output
 
     def measure(self) -> PairTiming:
         config = self.config
@@ -134,11 +169,13 @@ class OutsideClock:
 
     def _measure(self, config: ClockConfig) -> PairTiming:
         method = f"{self.device}: timed from outside both processes, interleaved, fresh inputs"
+        replay = ""
         if config.cuda_graph and self.device == "cuda":
-            method += self._capture()
-        for _ in range(config.warmup):
-            self._iteration(_Record(), 0, check=False)
-        record = _Record()
+            replay = self._capture()
+        method += replay
+        self._warm_up(batched=not replay)  # a captured graph replays one call a request
+        method += f", {self.calls} {'call' if self.calls == 1 else 'calls'} per timed request"
+        record = _Record(calls=self.calls)
         started = time.monotonic()
         reverified = False
         while len(record.ref) < config.max_runs:
@@ -150,7 +187,7 @@ class OutsideClock:
             ratio = statistics.median(ref_times) / statistics.median(cand_times)
             if not reverified and ratio > config.reverify_above:
                 reverified = True
-                self._iteration(_Record(), index, check=True)
+                self._iteration(_Record(calls=self.calls), index, check=True)
             stable = median_is_stable(ref_times, config.rel_precision) and median_is_stable(
                 cand_times, config.rel_precision
             )
@@ -163,23 +200,23 @@ class OutsideClock:
             if problem:
                 raise TimingRefused(problem)
         self._check_canary(record)
+        extra_us = statistics.median(record.overhead) * 1e6
         if record.resolved():
             self.notes.append(
-                "subtracted from each timed request: "
-                f"{statistics.median(record.overhead) * 1e6:.0f} us (round trip and checksum, "
-                "measured on the reference)"
+                f"subtracted from each timed request of {self.calls}: {extra_us:.0f} us "
+                "(round trip and checksums, measured on the reference)"
             )
             ref_s, cand_s = record.net()
         else:
-            # A call shorter than the jitter of the request around it cannot be told apart
-            # from that jitter: whole requests are compared instead, which pulls the ratio
-            # towards 1 (a speedup understated, never overstated).
+            # A call shorter than the jitter of the requests around it, over their K calls,
+            # cannot be told apart from that jitter: it is counted at that resolution, which
+            # pulls the ratio towards 1 (a speedup understated, never overstated).
             self.notes.append(
-                "a call took less than the jitter of the request around it "
-                f"({record.jitter() * 1e6:.0f} us): times include the round trip and the "
-                "checksum, so the speedup is understated"
+                "a call took less than the jitter of the requests around it over their "
+                f"{self.calls} calls ({record.resolution() * 1e6:.2f} us): such a call is "
+                "counted at that resolution, so the speedup is understated"
             )
-            ref_s, cand_s = record.ref, record.cand
+            ref_s, cand_s = record.net(floor=record.resolution())
         ref_ms, cand_ms = ([t * 1e3 for t in side] for side in (ref_s, cand_s))
         ref_sample, cand_sample = Sample.of(ref_ms), Sample.of(cand_ms)
         speedup = ref_sample.median_ms / cand_sample.median_ms if cand_sample.median_ms else 0.0
@@ -196,14 +233,60 @@ class OutsideClock:
             method=method,
             notes=self.notes,
             suspicious=speedup > config.reverify_above,
+            calls_per_request=self.calls,
         )
+
+    # -- how many calls a request makes -------------------------------------------------------
+
+    def _warm_up(self, batched: bool) -> None:
+        """The untimed rounds: `warmup` of one call a request, from which K is estimated; then
+        one round of K (the K outputs' memory allocated before any timed request), from
+        which the estimate is refined when K was large enough to show a call's marginal cost."""
+        single = _Record()
+        for round_index in range(max(self.config.warmup, 1)):
+            self._iteration(single, 0, check=False, footprint=round_index == 0)
+        if not batched:
+            return
+        ping = min(self._timed(self.ref, "ping")[0] for _ in range(3))
+        fast, slow = sorted(
+            max(statistics.median(side) - ping, 1e-6) for side in (single.ref, single.cand)
+        )
+        self._set_calls(fast, slow, single)
+        if self.calls < 2:
+            return
+        first = self.calls
+        batch = _Record(calls=first)
+        self._iteration(batch, 1, check=False)
+        if first >= 4:  # the marginal cost of a call, the request's fixed cost cancelled
+            fast, slow = sorted(
+                max((statistics.median(many) - statistics.median(one)) / (first - 1), 1e-7)
+                for many, one in ((batch.ref, single.ref), (batch.cand, single.cand))
+            )
+            self._set_calls(fast, slow, single)
+
+    def _set_calls(self, fast_s: float, slow_s: float, single: _Record) -> None:
+        """K from a call's cost on the faster and the slower side (seconds a request, per
+        call), within the memory and slower-side caps; the deadlines grow with it."""
+        config = self.config
+        target = min(config.request_s, config.budget_s / (4 * max(config.min_runs, 1)))
+        calls = min(math.ceil(target / fast_s), config.max_calls)
+        calls = min(calls, max(int(config.slow_request_s / slow_s), 1))
+        per_set = int(self.footprint.get("input_bytes", 0)) + int(
+            self.footprint.get("output_bytes", 0)
+        )
+        if per_set > 0:
+            room = min(config.calls_bytes, config.free_share * int(self.footprint["free_bytes"]))
+            calls = min(calls, max(int(room // per_set), 1))
+        self.calls = max(calls, 1)
+        drawing = max(single.ref_prepare + single.cand_prepare)
+        self.request_timeout_s = self.timeout_s + 20 * self.calls * max(slow_s, drawing)
 
     # -- one iteration ------------------------------------------------------------------------
 
-    def _iteration(self, record: _Record, index: int, check: bool) -> None:
-        """Each side draws its inputs right before its own timed run (neither finds its inputs
-        colder in the caches), in ABBA order; then the checksums are compared."""
-        seed = self._seed()
+    def _iteration(self, record: _Record, index: int, check: bool, footprint: bool = False) -> None:
+        """Each side draws its K input sets right before its own timed request (neither finds
+        its inputs colder in the caches), in ABBA order; then the checksums are compared."""
+        seeds = [self._seed() for _ in range(self.calls)]
         weights = self._seed()
         order = (self.ref, self.cand) if index % 2 == 0 else (self.cand, self.ref)
         replies: dict[str, Frame] = {}
@@ -212,30 +295,35 @@ class OutsideClock:
             # process ran in between and took the caches and the TLB; a caller that calls
             # again finds them warm. The timed inputs are drawn after it.
             self._awake(peer, "warm", seed=self._seed())
-            prepare_s, _ = self._timed(peer, "prepare", seed=seed)
+            prepare_s, drawn = self._timed(peer, "prepare", seeds=seeds, footprint=footprint)
             self._flush(record)
-            elapsed, replies[peer.label] = self._timed(peer, "run", checksum=weights)
+            elapsed, replies[peer.label] = self._timed(peer, "calls", checksum=weights)
             # The same requests follow on both sides, so each side's next timed run finds the
-            # caches as the other's does; only the reference's are used: the checksum-only
-            # request, after a flush as the run was, is what a timed request costs besides
-            # the call (the round trip, the checksum and, on the GPU, the context switch).
+            # caches as the other's does; only the reference's are used: the request less
+            # its calls, after a flush as the timed one was, is what a timed request costs
+            # besides them (the round trip, the checksums and, on the GPU, the context switch).
             self._flush(record)
-            overhead, _ = self._timed(peer, "checksum", seed=weights)
-            band = self._awake(peer, "checksum", seed=weights, band=True)
+            overhead, _ = self._timed(peer, "checksum", seed=weights, calls=True)
+            band = self._awake(peer, "checksum", seed=weights, calls=True, band=True)
             if peer is self.ref:
                 record.overhead.append(overhead)
                 record.ref.append(elapsed)
-                record.ref_prepare.append(prepare_s)
+                record.ref_prepare.append(prepare_s / self.calls)
                 replies["band"] = band
+                if footprint:
+                    self.footprint = dict(drawn.header)
             else:
                 record.cand.append(elapsed)
-                record.cand_prepare.append(prepare_s)
+                record.cand_prepare.append(prepare_s / self.calls)
         problem = self.compare_checksums(
             replies[self.ref.label], replies["band"], replies[self.cand.label], "a timed run"
         )
         if problem:
             raise TimingRefused(problem, incorrect=True)
         if check:
+            call = self.rng.randrange(self.calls)  # picked after every checksum is in
+            for peer in (self.ref, self.cand):
+                self._awake(peer, "select", index=call)
             self.ref.resume()
             self.cand.resume()
             try:
@@ -247,14 +335,14 @@ class OutsideClock:
     def _timed(self, peer: Peer, op: str, **fields) -> tuple[float, Frame]:
         peer.resume()
         try:
-            return peer.timed(op, self.timeout_s, **fields)
+            return peer.timed(op, self.request_timeout_s, **fields)
         finally:
             peer.stop()
 
     def _awake(self, peer: Peer, op: str, **fields) -> Frame:
         peer.resume()
         try:
-            return peer.request(op, self.timeout_s, **fields)
+            return peer.request(op, self.request_timeout_s, **fields)
         finally:
             peer.stop()
 

@@ -66,7 +66,8 @@ def serve(side, request_fd: int, reply_fd: int) -> None:
 
 def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], Any]:
     from agents.verify import values
-    from agents.verify.side import SideError, checksum, checksum_band
+    from agents.verify.checksums import call_bands, call_checksums, checksum, checksum_band
+    from agents.verify.side import SideError
 
     def packed(value: Any, **extra: Any) -> tuple[dict[str, Any], bytes]:
         tree, specs, data = values.pack(value)
@@ -77,10 +78,14 @@ def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[
 
     if op == "ping":
         return {}, b""
-    if op == "prepare":
-        side.prepare(int(header["seed"]))
+    if op == "prepare":  # one input set (the trials), or one per call of a timed request
+        answer = side.footprint() if header.get("footprint") else {}
+        if header.get("seeds") is not None:
+            side.prepare_calls([int(seed) for seed in header["seeds"]])
+        else:
+            side.prepare(int(header["seed"]))
         side.settle()  # inputs drawn on the device are finished before anything is timed
-        return {}, b""
+        return answer, b""
     if op == "warm":  # one untimed call, right before a timed one, on inputs already seen
         if not side.inputs:  # (those of its last timed call: drawing afresh cost 20% of it)
             side.prepare(int(header["seed"]))
@@ -89,17 +94,26 @@ def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[
         return {}, b""
     if op == "run":
         side.run(bool(header.get("clone")), bool(header.get("poison")))
-        answer = {"changed": side.changes()} if header.get("check") else {}
-        if header.get("checksum") is not None:  # a timed call: done means checksummed
-            answer["checksum"] = checksum(side.output, int(header["checksum"]))
-            side.settle()
+        return ({"changed": side.changes()} if header.get("check") else {}), b""
+    if op == "calls":  # a timed request: its calls, done only once all their outputs are summed
+        side.run_calls()
+        answer = {"checksum": call_checksums(side.outputs, int(header["checksum"]))}
+        side.settle()
         return answer, b""
-    if op == "checksum":
-        answer = {"checksum": checksum(side.output, int(header["seed"]))}
+    if op == "checksum":  # with `calls`, the overhead request: a timed one less its calls
+        if header.get("calls"):
+            side.pass_calls()
+        seed, calls = int(header["seed"]), bool(header.get("calls"))
+        sums = call_checksums(side.outputs, seed) if calls else checksum(side.output, seed)
+        answer = {"checksum": sums}
         side.settle()
         if header.get("band"):
-            answer["band"] = checksum_band(side.output, int(header["seed"]))
+            bands = call_bands(side.outputs, seed) if calls else checksum_band(side.output, seed)
+            answer["band"] = bands
         return answer, b""
+    if op == "select":  # the call of the last timed request that a full comparison reads
+        side.select(int(header["index"]))
+        return {}, b""
     if op == "fetch":
         output = side.previous if header.get("previous") else side.output
         return packed({"out": output, "args": side.args if header.get("args") else None})

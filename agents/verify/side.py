@@ -10,8 +10,11 @@ back as data. The parent compares and times (agents/verify/judge.py, clock.py).
 from __future__ import annotations
 
 import copy
+import os
 import random
+import resource
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy
@@ -29,8 +32,6 @@ from agents.task import (
     load_problem,
 )
 from agents.verify import state as global_state
-from agents.verify import values
-from agents.verify.compare import STRICT_TOLERANCE
 
 
 class SideError(Exception):
@@ -125,6 +126,8 @@ class Side:
         self.output: Any = None
         self.previous: Any = None  # the output before the last call, still held
         self.call_seed = 0
+        self.calls: list[tuple[list[Any], int]] = []  # a timed request's inputs and seeds
+        self.outputs: list[Any] = []  # and its outputs, held until the next request's draw
         self.poison_bytes: list[int] = []
         self.pristine: dict[str, Any] | None = None
         self.ops: list[str] = []
@@ -204,7 +207,7 @@ class Side:
 
     # -- the calls ----------------------------------------------------------------------------
 
-    def prepare(self, seed: int) -> None:
+    def prepare(self, seed: int, seed_call: bool = True) -> None:
         """Fresh inputs for a seed, drawn where they are used (a CUDA device context makes
         torch.randn and friends allocate there); every call that follows is seeded alike, so
         random ops (dropout) draw the same numbers on both sides."""
@@ -223,12 +226,72 @@ class Side:
         self.inputs = to_device(drawn, self.device)
         if self.graph is not None:
             self.graph.load(self.inputs)
-        seed_everything(self.call_seed)  # here, so a timed call does not pay for seeding
+        if seed_call:  # here, so a timed call does not pay for seeding
+            seed_everything(self.call_seed)
+
+    def prepare_calls(self, seeds: list[int]) -> None:
+        """The input sets of one timed request, one per seed (each as `prepare` draws it, so
+        each call has its own fresh inputs and its own call seed), all drawn before the
+        parent's clock starts."""
+        self.calls, self.outputs = [], []  # the last request's sets and outputs freed first
+        for seed in seeds:
+            self.prepare(seed, seed_call=False)  # each call seeds torch itself (`run_calls`)
+            self.calls.append((self.inputs, self.call_seed))
+        seed_everything(self.calls[0][1])  # Python's and numpy's generators: once a request
+
+    def run_calls(self) -> None:
+        """A timed request's calls, back to back as a caller's loop makes them, each on its
+        own inputs after seeding torch's generators from its own call seed (dropout draws the
+        same numbers as the other side's same call). One wait for the device after the last:
+        the checksums that follow start on finished outputs, as in the overhead request."""
+        model, outputs = self.model, []
+
+        def calls() -> None:
+            if self.graph is not None:  # CUDA graph replay: one call a request
+                outputs.append(self.graph.replay())
+                return
+            generators = _torch_generators()
+            for inputs, call_seed in self.calls:
+                for generator in generators:
+                    generator.manual_seed(call_seed)
+                outputs.append(model(*inputs))
+
+        self._guard(calls, self._doing(), "runtime")
+        self.outputs, self.previous = outputs, None
+        self.output = outputs[-1]
+        self.args = self.graph.inputs if self.graph is not None else self.calls[-1][0]
+
+    def pass_calls(self) -> None:
+        """The overhead request's stand-in for the calls: what the timed request does around
+        them. On the CPU that includes seeding each call; on the GPU the host seeds while the
+        device still runs the previous call, so that time is hidden there and not subtracted."""
+        if self.device != "cuda" and self.graph is None:
+            generators = _torch_generators()
+            for _, call_seed in self.calls:
+                for generator in generators:
+                    generator.manual_seed(call_seed)
+        self.settle()
+
+    def select(self, index: int) -> None:
+        """Call `index` of the last timed request becomes the current one (its inputs, seed
+        and output), for a full comparison the parent picks once every checksum is in."""
+        if not 0 <= index < len(self.outputs):
+            raise SideError(f"no call {index} in the last timed request", "protocol")
+        self.inputs, self.call_seed = self.calls[index]
+        self.output, self.args, self.previous = self.outputs[index], self.inputs, None
+
+    def footprint(self) -> dict[str, int]:
+        """Bytes of one input set and of the last output, and the memory free for more: the
+        parent caps a timed request's calls by what their inputs and outputs take."""
+        return {
+            "input_bytes": _tensor_bytes(self.inputs),
+            "output_bytes": _tensor_bytes(self.output),
+            "free_bytes": _free_bytes(self.device),
+        }
 
     def run(self, clone: bool, poison: bool) -> None:
-        """One call of the model on the prepared inputs, finished on the device. A timed call
-        (clone=False) does nothing else here: inputs and seeding happen in `prepare`, and the
-        checksum that proves the output complete follows in the same request (serve.py)."""
+        """One call of the model on the prepared inputs, finished on the device: the trials'
+        calls and the warm call before a timed request (whose calls are `run_calls`')."""
         if self.graph is not None:
             self.output = self._guard(self.graph.replay, self._doing(), "runtime")
             self.args = self.graph.inputs
@@ -363,6 +426,45 @@ def perturbed_state(state: dict[str, torch.Tensor], seed: int) -> dict[str, torc
     return fresh
 
 
+def _torch_generators() -> list[torch.Generator]:
+    """torch's default generators a call draws from: the CPU's and, once started, the
+    current CUDA device's (what `seed_everything` seeds, without Python's and numpy's)."""
+    generators = [torch.default_generator]
+    if torch.cuda.is_initialized():
+        generators.append(torch.cuda.default_generators[torch.cuda.current_device()])
+    return generators
+
+
+def _tensor_bytes(value: Any) -> int:
+    return sum(
+        leaf.numel() * leaf.element_size()
+        for leaf in flatten(value)
+        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided
+    )
+
+
+def _free_bytes(device: str) -> int:
+    """Free device memory on the GPU; on the CPU the machine's available memory, within what
+    this process's address-space limit leaves."""
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[0])
+    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free = int(line.split()[1]) * 1024
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            status = Path("/proc/self/status").read_text()
+            used = next(
+                int(x.split()[1]) * 1024 for x in status.splitlines() if x.startswith("VmSize:")
+            )
+            free = min(free, soft - used)
+    except (OSError, ValueError, StopIteration):
+        pass
+    return max(int(free), 0)
+
+
 def _poison_memory(nbytes: list[int], device: str) -> None:
     """Fill and free blocks of the outputs' sizes, so an output the candidate never writes
     holds NaN (or fresh zero pages), never a previous call's result."""
@@ -381,84 +483,3 @@ def _warm_thread_pools(device: str) -> None:
         b = a.cuda()
         (b @ b).sum().item()
         torch.cuda.synchronize()
-
-
-CHECKSUM_WIDTH = 4096
-
-
-def _flat_real(leaf: torch.Tensor) -> torch.Tensor:
-    flat = leaf.detach().reshape(-1)
-    return torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
-
-
-def checksum(value: Any, seed: int) -> list[Any]:
-    """Per leaf, one number that needs the whole output: a weighted sum whose weights are
-    drawn from `seed`, which the worker learns only with the request that makes it compute.
-    The weights are an outer product (one random vector along rows of CHECKSUM_WIDTH, one
-    across them), so the sum costs one read of the output. Integers and booleans are summed
-    exactly; a scalar leaf is sent as it is."""
-    sums: list[Any] = []
-    for index, leaf in enumerate(flatten(value)):
-        if not isinstance(leaf, torch.Tensor):
-            sums.append({"scalar": values.pack(leaf)[0]})
-            continue
-        if type(leaf) is not torch.Tensor and type(leaf) is not torch.nn.Parameter:
-            sums.append({"kind": "subclass"})
-            continue
-        if leaf.is_meta or leaf.layout != torch.strided:
-            sums.append({"kind": "not strided"})
-            continue
-        flat = _flat_real(leaf)
-        leaf_seed = seed + 7919 * index
-        entry: dict[str, Any] = {"kind": "tensor", "numel": flat.numel(), "dtype": str(leaf.dtype)}
-        if flat.is_floating_point():
-            entry["sum"] = float(_weighted_float(flat, leaf_seed, square=False))
-        else:
-            entry["sum"] = int(_weighted_int(flat, leaf_seed))
-        sums.append(entry)
-    return sums
-
-
-def _weighted_float(flat: torch.Tensor, seed: int, square: bool) -> torch.Tensor:
-    """sum_ij v_i w_j x_ij over the output viewed as rows of CHECKSUM_WIDTH (plus a tail
-    weighted by t); with `square`, the same with v^2, w^2 and t^2 (for the band). One
-    generator draws w, then v, then t, so both sides draw the same numbers."""
-    width = CHECKSUM_WIDTH
-    rows = flat.numel() // width
-    work = torch.float64 if flat.dtype == torch.float64 else torch.float32
-    generator = torch.Generator(device=flat.device).manual_seed(seed)
-    w = torch.randn(width if rows else 0, generator=generator, device=flat.device, dtype=work)
-    v = torch.randn(rows, generator=generator, device=flat.device, dtype=torch.float64)
-    tail = flat[rows * width :].to(torch.float64)
-    t = torch.randn(tail.numel(), generator=generator, device=flat.device, dtype=torch.float64)
-    if square:
-        w, v, t = w * w, v * v, t * t
-    total = torch.dot(tail, t)
-    if rows:
-        partial = flat[: rows * width].view(rows, width).to(work) @ w
-        total = total + torch.dot(partial.to(torch.float64), v)
-    return total
-
-
-def _weighted_int(flat: torch.Tensor, seed: int) -> torch.Tensor:
-    generator = torch.Generator(device=flat.device).manual_seed(seed)
-    weights = torch.randint(-1000, 1000, (flat.numel(),), generator=generator, device=flat.device)
-    return (flat.to(torch.int64) * weights).sum()
-
-
-def checksum_band(value: Any, seed: int) -> list[float | None]:
-    """Per leaf (the reference's side): the standard deviation of checksum(candidate) -
-    checksum(reference) when every element differs by allclose's full allowance
-    tol * (1 + |ref|) with a random sign: the yardstick for a timed output's checksum."""
-    bands: list[float | None] = []
-    for index, leaf in enumerate(flatten(value)):
-        if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex()):
-            tolerance = STRICT_TOLERANCE.get(leaf.dtype, 1e-4)
-            flat = _flat_real(leaf).to(torch.float64)
-            allowance = torch.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0)
-            allowance = allowance.abs_().mul_(tolerance).add_(tolerance).square_()
-            variance = _weighted_float(allowance, seed + 7919 * index, square=True)
-            bands.append(float(variance.clamp_min(0.0).sqrt()))
-        else:
-            bands.append(None)
-    return bands

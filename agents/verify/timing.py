@@ -41,6 +41,7 @@ class PairTiming:
     method: str
     notes: list[str] = field(default_factory=list)
     suspicious: bool = False
+    calls_per_request: int = 1  # K: each timed request's calls, each on fresh inputs
 
     @property
     def runs(self) -> int:

@@ -2,8 +2,8 @@
 # static: reference-model
 # runtime: correct
 # expect: true-speed
-# Answers a timed call at once and finishes the work only when its harness is asked to prove
-# the output (by patching the harness in its own process). The proof is part of the timed
+# Answers a timed request at once and makes its calls only when its harness is asked to prove
+# the outputs (by patching the harness in its own process). The proof is part of the timed
 # request, so the work it put off is timed all the same.
 import sys
 
@@ -11,29 +11,30 @@ import torch
 import torch.nn as nn
 
 _pending = {}
-for _name, _module in list(sys.modules.items()):
-    if _name.endswith("verify.side"):
-        _checksum = _module.checksum
+_harness = {
+    name.rsplit(".", 1)[-1]: module
+    for name, module in list(sys.modules.items())
+    if name.endswith(("verify.side", "verify.checksums"))
+}
+if {"side", "checksums"} <= set(_harness):
+    _sums = _harness["checksums"].call_checksums
 
-        def _late(value, seed, _checksum=_checksum):
-            if "work" in _pending:
-                side, work = _pending.pop("work")
-                side.output = work()
-                value = side.output
-            return _checksum(value, seed)
+    def _late(outputs, seed, _sums=_sums):
+        if "work" in _pending:
+            side, work = _pending.pop("work")
+            side.outputs[:] = work()
+            side.output = side.outputs[-1]
+            outputs = side.outputs
+        return _sums(outputs, seed)
 
-        _module.checksum = _late
-        _run = _module.Side.run
+    def _lazy(self):
+        calls = list(self.calls)
+        _pending["work"] = (self, lambda: [self.model(*inputs) for inputs, _ in calls])
+        self.outputs = [torch.empty(inputs[0].shape[0], 1) for inputs, _ in calls]
+        self.output, self.args = self.outputs[-1], calls[-1][0]
 
-        def _lazy(self, clone, poison, _run=_run):
-            if clone:
-                return _run(self, clone, poison)
-            inputs = self.inputs
-            _pending["work"] = (self, lambda: self.model(*inputs))
-            self.output = torch.empty(inputs[0].shape[0], 1)
-            self.args = inputs
-
-        _module.Side.run = _lazy
+    _harness["checksums"].call_checksums = _late
+    _harness["side"].Side.run_calls = _lazy
 
 
 class ModelNew(nn.Module):
