@@ -77,7 +77,12 @@ async def recall_best(search: Search, state: SearchState) -> None:
     search.tracker.evaluations += 1
     state.evaluations += 1
     tried = len(logbook.attempts(search.task_id))  # fresh inputs on every later run too
-    options = replace(search.options, seed=search._seed_for(f"{key}#recalled-{tried}"))
+    options = replace(
+        search.options,
+        seed=search._seed_for(f"{key}#recalled-{tried}"),
+        # timed as long as a confirmation: one noisy short timing must not drop memory's best
+        timing_budget_s=max(search.options.timing_budget_s, search.config.confirm_budget_s),
+    )
     try:
         result = await search.pool.submit(
             search.reference, SourceFile(source, "<recalled from memory>"), options,
