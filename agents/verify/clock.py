@@ -88,9 +88,10 @@ class ClockConfig:
     most this much. Not 1 GiB: GPU-size problems draw 1-2 GiB a set, and K = 1 there would
     leave their sub-millisecond calls carrying the whole request's cost."""
     free_share: float = 0.25
-    slow_request_s: float = 0.25
-    """The slower side's requests stay under this: K serves the faster side's resolution,
-    not more of the slower side's time."""
+    slow_request_s: float = 0.1
+    """The slower side's requests stay under this (and under half a budget's share of one
+    of `min_runs` rounds): K serves the faster side's resolution, and a candidate 40x faster
+    than its reference must not make the reference's requests last seconds."""
 
 
 @dataclass
@@ -270,7 +271,8 @@ class OutsideClock:
         config = self.config
         target = min(config.request_s, config.budget_s / (4 * max(config.min_runs, 1)))
         calls = min(math.ceil(target / fast_s), config.max_calls)
-        calls = min(calls, max(int(config.slow_request_s / slow_s), 1))
+        slow_cap = min(config.slow_request_s, config.budget_s / (2 * max(config.min_runs, 1)))
+        calls = min(calls, max(int(slow_cap / slow_s), 1))
         per_set = int(self.footprint.get("input_bytes", 0)) + int(
             self.footprint.get("output_bytes", 0)
         )
