@@ -24,9 +24,10 @@ from agents.offline import fxtools as fx
 from agents.offline.egraph import lower_ops
 from agents.offline.egraph import rules as library
 from agents.offline.egraph.analysis import example_shapes, ranges, shapes
-from agents.offline.egraph.cost import Cost, Roofline, TermCost
+from agents.offline.egraph.cost import Roofline, TermCost
 from agents.offline.egraph.emit import EmitError, Emitter
 from agents.offline.egraph.lower import Anchor, Lowered, lower, register
+from agents.offline.egraph.program_cost import original_cost, written_cost
 from agents.offline.egraph.terms import T
 from agents.offline.passes.base import Program, Rewrite
 
@@ -40,8 +41,8 @@ NODE_LIMIT = 20_000
 
 @dataclass
 class Saturated:
-    """What one saturation found: the best term per output, both costs (summed over the
-    outputs), the rules that fired."""
+    """What one saturation found: the best term per output, both costs (of the programs as
+    written, program_cost.py), the rules that fired."""
 
     best: list[Any]
     cost: float
@@ -79,19 +80,13 @@ def saturate(low: Lowered, device: str) -> Saturated:
     opaque = {i for i, leaf in enumerate(low.leaves) if _is_computed(leaf)} - low.free
     leaf_shapes = [_shape(low, leaf) for leaf in low.leaves]
     model = TermCost(Roofline.for_device(device), leaf_shapes, opaque)
-    cost, original = 0.0, 0.0
 
     def cheapest(term: Any) -> Any:
-        nonlocal cost, original
-        if term is None:
-            return None
-        form, form_cost = egraph.extract(term, include_cost=True, cost_model=model)
-        cost += form_cost.seconds
-        original += _tree_cost(egraph, model, term, low.pinned).seconds
-        return form
+        return None if term is None else egraph.extract(term, cost_model=model)
 
     best = [cheapest(term) for term in low.outputs]
     anchored = [[cheapest(term) for term in anchor.terms] for anchor in low.anchors]
+    cost, original = written_cost(model, low, best, anchored), original_cost(model, low)
     nodes = sum(count for _, count in egraph.all_function_sizes())
     seconds = time.thread_time() - started
     return Saturated(best, cost, original, anchored, sorted(fired), rounds, seconds, nodes)
@@ -144,18 +139,6 @@ def _has_param(gm: torch.fx.GraphModule, target: str) -> bool:
     except AttributeError:
         return False
     return True
-
-
-def _tree_cost(egraph: EGraph, model: TermCost, term: Any, free: set[str]) -> Cost:
-    """The original program's cost under the same model (its term, as lowered); a term
-    computed anyway (Lowered.pinned) is free, as its leaf is to the extraction."""
-    from egglog import get_callable_args, get_callable_fn
-
-    if not str(get_callable_fn(term)).startswith("T."):
-        return Cost(0.0)
-    children = [_tree_cost(egraph, model, child, free) for child in get_callable_args(term) or ()]
-    cost = model(egraph, term, children)
-    return Cost(0.0, cost.shape) if str(term) in free else cost
 
 
 @functools.cache
