@@ -17,6 +17,7 @@ from tests.conftest import ROOT
 from tests.test_search import optimize
 
 PROBLEM = ROOT / "tests" / "algebra_problems" / "4_Gemm_RowMax_Centre_GELU.py"
+pytestmark = pytest.mark.slow  # two optimize runs end to end, about 45 s together
 RECALLED = "Recalled from memory: "
 
 
