@@ -49,7 +49,13 @@ from dataclasses import dataclass, field
 from agents.sandbox.peer import Peer
 from agents.sandbox.wire import Frame
 from agents.verify import devflush
-from agents.verify.timing import PairTiming, Sample, bootstrap_speedup_ci, median_is_stable
+from agents.verify.timing import (
+    PairTiming,
+    Sample,
+    bootstrap_speedup_ci,
+    collector_held_off,
+    median_is_stable,
+)
 
 
 class TimingRefused(Exception):
@@ -337,7 +343,8 @@ class OutsideClock:
     def _timed(self, peer: Peer, op: str, **fields) -> tuple[float, Frame]:
         peer.resume()
         try:
-            return peer.timed(op, self.request_timeout_s, **fields)
+            with collector_held_off():
+                return peer.timed(op, self.request_timeout_s, **fields)
         finally:
             peer.stop()
 

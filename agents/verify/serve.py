@@ -9,9 +9,14 @@ line and the worker goes on serving, so the parent decides what it means.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
+
+HELD_OFF = {"prepare", "calls", "checksum"}
+"""Requests the parent times, during which Python's cyclic collector is held off (see
+agents/verify/timing.py, `collector_held_off`); it runs in the untimed requests after."""
 
 
 def main(argv: list[str]) -> None:
@@ -39,6 +44,7 @@ def main(argv: list[str]) -> None:
 def serve(side, request_fd: int, reply_fd: int) -> None:
     from agents.sandbox.wire import WaitPolicy, WireError, read_frame, write_frame
     from agents.verify.side import SideError
+    from agents.verify.timing import collector_held_off
 
     forever = WaitPolicy(timeout_s=float("inf"))
     while True:
@@ -48,7 +54,8 @@ def serve(side, request_fd: int, reply_fd: int) -> None:
             _exit()  # the parent is gone, or closed our channel: nothing left to answer
         op = frame.header.get("op")
         try:
-            header, payload = handle(side, str(op), frame.header, frame.payload)
+            with collector_held_off() if op in HELD_OFF else contextlib.nullcontext():
+                header, payload = handle(side, str(op), frame.header, frame.payload)
             answer = {"ok": True, **header}
         except SideError as error:
             answer, payload = {"ok": False, "error": str(error), "kind": error.kind}, b""

@@ -4,8 +4,11 @@ outside the processes (agents/verify/clock.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy
@@ -78,3 +81,18 @@ def bootstrap_speedup_ci(
     ratios = numpy.median(ref[:n][picks], axis=1) / numpy.median(cand[:n][picks], axis=1)
     low, high = numpy.percentile(ratios, [2.5, 97.5])
     return float(low), float(high)
+
+
+@contextlib.contextmanager
+def collector_held_off() -> Iterator[None]:
+    """Python's cyclic collector off for the span of a timed request, in the parent and in
+    both workers alike: a request of K calls makes (and its reply decodes into) thousands of
+    objects, and a full collection (tens of milliseconds) would otherwise land inside one
+    timed request at random. It runs after, outside any bracket."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
