@@ -29,6 +29,8 @@ Around that:
   fetched in full and compared with the float64 anchor;
 - drawing inputs is timed on both sides: a candidate that takes longer there (working on the
   inputs before the clock starts) is refused;
+- Python's cyclic collector is held off for the span of each timed request, in the parent
+  and in both workers alike (a full collection would land inside one request at random);
 - on the GPU the parent flushes the L2 before every timed request and before every overhead
   request (agents/verify/devflush.py: so both sides, and the overhead, start after the same
   context switch), timed from its host: flushes far slower than alone mean work left
