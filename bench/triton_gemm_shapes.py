@@ -14,7 +14,9 @@ strides), which shows whether an operand layout costs the kernel.
 --warm N first runs every problem once in N processes at a time, so Triton's disk cache holds
 each tile compiled and the timed pass loads them (each worker prints its cold first-call
 seconds: autotuning every tile, compiles included). --all-tiles times every tile of the table
-instead of those `_tgemm_prune` keeps. Needs a CUDA GPU.
+instead of those `_tgemm_prune` keeps. --variant wrap is an experiment on the generated text:
+row and column indices wrapped modulo M and N instead of masked in the K loop (Triton's
+tutorial's form). Needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -43,6 +45,20 @@ from agents.offline.passes.triton_gemm_kernel import describe_config  # noqa: E4
 from agents.verify.compare import compare_output, flatten  # noqa: E402
 
 PROBLEMS = ROOT / "bench" / "gemm_shapes"
+VARIANTS = {
+    "wrap": [
+        (
+            "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n",
+            "rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M\n",
+        ),
+        (
+            "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)\n",
+            "rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N\n",
+        ),
+        ("a = tl.load(a_ptrs, mask=rm[:, None] < M, other=0.0)", "a = tl.load(a_ptrs)"),
+        ("b = tl.load(b_ptrs, mask=rn[None, :] < N, other=0.0)", "b = tl.load(b_ptrs)"),
+    ]
+}
 
 
 def _load(path: Path, name: str) -> Any:
@@ -80,7 +96,7 @@ def _column_major(x: Any) -> Any:
     return x
 
 
-def measure(path: Path, all_tiles: bool, workdir: Path) -> dict[str, Any]:
+def measure(path: Path, all_tiles: bool, workdir: Path, variant: str = "") -> dict[str, Any]:
     import triton
 
     text = path.read_text()
@@ -98,9 +114,15 @@ def measure(path: Path, all_tiles: bool, workdir: Path) -> dict[str, Any]:
     row["summary"] = result.summary
     if result.source is None:
         return row
-    file = workdir / f"candidate_{path.stem}.py"
-    file.write_text(result.source)
-    candidate = _load(file, f"candidate_{path.stem}")
+    source = result.source
+    for old, replacement in VARIANTS.get(variant, []):
+        if old not in source:
+            raise ValueError(f"variant {variant}: {old!r} is not in the generated source")
+        source = source.replace(old, replacement)
+    row["variant"] = variant
+    file = workdir / f"candidate_{path.stem}{variant}.py"
+    file.write_text(source)
+    candidate = _load(file, f"candidate_{path.stem}{variant}")
     new = candidate.ModelNew(*init).cuda()
     new.load_state_dict(model.state_dict())
     kernels = [v for k, v in sorted(vars(candidate).items()) if k.startswith("_tgemm_kernel_")]
@@ -220,6 +242,7 @@ def main() -> None:
     parser.add_argument("--all-tiles", action="store_true")
     parser.add_argument("--warm", type=int, default=0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--variant", default="", choices=["", *VARIANTS])
     parser.add_argument("--first-call-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -241,7 +264,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for path in paths:
             try:
-                row = measure(path, args.all_tiles, Path(folder))
+                row = measure(path, args.all_tiles, Path(folder), args.variant)
             except Exception as error:  # one problem's failure is a row, not the end
                 row = {"problem": path.stem, "error_text": f"{type(error).__name__}: {error}"}
             rows.append(row)
