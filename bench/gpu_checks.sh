@@ -263,17 +263,21 @@ part_h() {
   [ -s "$work/h-sizes.json" ] || run h "$log" "$PY" bench/gemm_sizes.py "$work/h-sizes.json" \
     bench/gemm_shapes/*.py
   mapfile -t pending < <(helper pending h)
+  # the GEMM runs take at most GC_H_GEMM_SHARE percent of what is left; the timing runs next
+  local keep=$deadline
+  deadline=$((SECONDS + $(left) * ${GC_H_GEMM_SHARE:-65} / 100))
   for item in "${pending[@]}"; do
     case "$item" in
       t:*) timing+=("${item#t:}") ;;
       *)
-        [ "$(left)" -gt 90 ] || break
+        [ "$(left)" -gt 90 ] || continue
         run h "$log" "$PY" -m agents bench "bench/gemm_shapes/$item.py" --optimize \
           --device cuda --timing-budget 1 --max-evals "${GC_H_MAX_EVALS:-6}" \
           --parallel-evals 4 --resume "$work/h-optimize.json"
         ;;
     esac
   done
+  deadline=$keep
   [ ${#timing[@]} -eq 0 ] || run h "$log" "$PY" bench/cuda_timing_check.py "$work/h-timing.json" \
     "${timing[@]}"
   finish h

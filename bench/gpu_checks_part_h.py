@@ -25,7 +25,7 @@ from gpu_checks_parts import Finish, fmt, load, names
 LARGE_MNK = 2**33
 GEMM_TARGET = 1.8
 TIMING_MEDIAN, TIMING_MAX, NO_KERNEL_US = 1.03, 1.10, 20.0
-NO_KERNEL = "no_kernel_forward"  # bench/gemm_shapes_timing/'s forward that launches nothing
+NO_KERNEL = "00_no_kernel"  # bench/cuda_timing_check.py's forward that launches no GPU work
 MARK_BEGIN, MARK_END = "<!-- gpu-checks h: begin -->", "<!-- gpu-checks h: end -->"
 
 
@@ -36,10 +36,8 @@ def gemm_problems() -> list[str]:
 
 
 def timing_problems() -> list[str]:
-    """Paths: part f's problems (GC_F_PROBLEMS) and the forward that launches no kernel."""
-    paths = [f"bench/problems/{n}.py" for n in names("GC_F_PROBLEMS")]
-    paths += sorted(glob.glob("bench/gemm_shapes_timing/*.py"))
-    return paths
+    """Paths of part f's problems (GC_F_PROBLEMS); the timing script adds its no-kernel row."""
+    return [f"bench/problems/{n}.py" for n in names("GC_F_PROBLEMS")]
 
 
 def h_pending() -> list[str]:

@@ -58,7 +58,7 @@ def test_large_gemms_are_held_to_the_target_and_small_ones_are_not(part_h, tmp_p
                 "aa": 1.0,
             },
             {
-                "problem": "no_kernel_forward",
+                "problem": "00_no_kernel",
                 "verdict": "correct",
                 "outside_ms": 0.05,
                 "events_ms": 0.004,
