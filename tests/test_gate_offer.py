@@ -132,3 +132,19 @@ expected_gain = "any"
 gain_estimate = 2.0
 offline_pass = "equality-saturation"
 """
+
+
+TRITON_GEMM = "triton-gemm-3xtf32-epilogue"
+GEMM_SHAPES = ROOT / "bench" / "gemm_shapes"
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_no_profile_hides_triton_gemm_from_a_cuda_gemm(name):
+    """Every GEMM spelling of bench/gemm_shapes keeps the tensor-core GEMM on CUDA, whatever
+    the profile says (a ceiling measured under load can put the GEMM at its peak or make it
+    look memory-bound); on the CPU the pass has nothing to offer and the gate keeps it out."""
+    for path in sorted(GEMM_SHAPES.glob("*.py")):
+        source = path.read_text()
+        on_cuda = gate(PROFILES[name], source, device="cuda")
+        assert TRITON_GEMM in on_cuda.allowed_ids(), (name, path.stem, on_cuda.to_json())
+        assert TRITON_GEMM not in gate(PROFILES[name], source, device="cpu").allowed_ids()
