@@ -35,8 +35,9 @@ demo: setup
 	  --memory .demo/memory.sqlite3 --output .demo/gemm_divide_sum_scale_optimized.py
 
 # Every test that guards correctness or security, in two processes (pytest-xdist); the tests
-# that look at every process on the machine (marked serial) run after, alone. The long runs
-# (whole suites end to end, full fuzzers, throughput) are test-all's.
+# that look at every process on the machine or bound a measured time to a few percent (marked
+# serial) run after, alone. The long runs (whole suites end to end, full fuzzers, throughput)
+# are test-all's.
 test: setup
 	$(BIN)/python -m pytest -q -n 2 -m "not long and not serial" --durations=10
 	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not long"

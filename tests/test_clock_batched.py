@@ -16,6 +16,8 @@ import re
 import statistics
 from dataclasses import replace
 
+import pytest
+
 from agents.evaluate import EvalOptions, evaluate
 from agents.sandbox.peer import Peer
 from agents.task import SourceFile
@@ -171,6 +173,7 @@ def _empty_request_s() -> float:
         peer.close()
 
 
+@pytest.mark.serial  # a 5% bound on time: the machine to itself, no xdist neighbour
 def test_a_call_that_does_nothing_measures_a_small_share_of_an_empty_request():
     """One call a request measured a no-op at the request's whole cost; with K calls a
     request and the request's cost subtracted, what is left is the call itself."""
@@ -189,6 +192,7 @@ def test_a_call_that_does_nothing_measures_a_small_share_of_an_empty_request():
     )
 
 
+@pytest.mark.serial  # a 5% bound on time: the machine to itself, no xdist neighbour
 def test_a_call_of_known_length_is_measured_within_five_percent():
     """A forward that spins 5 ms: both sides measure 5 ms within 5%, with several calls a
     request, and never shorter, on any run. (A spin rather than a sleep: in this VM a sleep

@@ -143,7 +143,9 @@ def test_the_token_cap_holds_across_parallel_calls():
     """A planner that never runs out of new plans and 12 x 2 calls at once: the meter
     lets a call start only when its prompt and output fit in what is left."""
     model = Model(new_plan)
-    cap = 30_000
+    # Room for a round of planner calls and some executor calls: a planner prompt lists every
+    # skill the gate allows (about 2.7k tokens here since the e-graph is always offered).
+    cap = 40_000
     report = optimize(model, "--max-tokens", str(cap), "--iters", "3")
     assert "token budget spent" in report["stopped_because"]
     assert "--max-tokens" in report["stopped_because"]
