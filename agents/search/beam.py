@@ -40,7 +40,7 @@ from agents.search.knowledge import (
 )
 from agents.search.nodes import Node, Roles, Sample, SearchConfig, SearchMemory, SearchState
 from agents.search.recall import recall_best
-from agents.search.records import log_attempt, record_outcome, record_unjudged
+from agents.search.records import log_attempt, note_best, record_outcome, record_unjudged
 from agents.search.remember import remember
 from agents.search.result import SearchResult
 from agents.task import SourceFile
@@ -405,16 +405,7 @@ class Search:
             result=best.result,
             ci=best.result.speedup_ci,
         )
-        if node.speedup > state.best.speedup:
-            state.best = node
-            self.emit(
-                ev.NewBest(
-                    iteration=state.iteration,
-                    speedup=round(node.speedup, 4),
-                    plan=plan.title,
-                    evaluations=state.evaluations,
-                )
-            )
+        note_best(self, state, node, plan.title)
         self._branch_samples[id(node)] = samples  # the slower ones teach negative lessons
         return node
 

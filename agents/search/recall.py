@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 
 from agents.evaluate import EvalCancelled
 from agents.roles.base import Plan
-from agents.search import events as ev
 from agents.search.nodes import Node, SearchState
-from agents.search.records import log_attempt, record_outcome
+from agents.search.records import log_attempt, note_best, record_outcome
 from agents.task import SourceFile
 from memory.logbook import Attempt, Logbook, plan_key
 from memory.normalize import source_hash
@@ -121,13 +120,4 @@ async def recall_best(search: Search, state: SearchState) -> None:
         ci=result.speedup_ci,
     )
     state.beam = sorted([*state.beam, node], key=lambda n: -n.speedup)[: search.config.beam]
-    if node.speedup > state.best.speedup:
-        state.best = node
-        search.emit(
-            ev.NewBest(
-                iteration=state.iteration,
-                speedup=round(node.speedup, 4),
-                plan=plan.title,
-                evaluations=state.evaluations,
-            )
-        )
+    note_best(search, state, node, plan.title)

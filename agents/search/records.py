@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from agents.roles.base import Plan
 from agents.search import events as ev
 from agents.search.fates import CandidateFate, Fate, fate_of_verdict
-from agents.search.nodes import SearchState
+from agents.search.nodes import Node, SearchState
 from agents.search.result import TrajectoryPoint
 from agents.verify.verdict import EvalResult
 from memory.normalize import source_hash
@@ -131,4 +131,20 @@ def record_unjudged(
         None,
         None,
         best_before=state.best_seen,
+    )
+
+
+def note_best(search: Search, state: SearchState, node: Node, title: str) -> None:
+    """`node` becomes the run's best when it beats it, and the user is told: one place for
+    every way a kernel enters the beam (a plan's sample, memory's recalled best)."""
+    if node.speedup <= state.best.speedup:
+        return
+    state.best = node
+    search.emit(
+        ev.NewBest(
+            iteration=state.iteration,
+            speedup=round(node.speedup, 4),
+            plan=title,
+            evaluations=state.evaluations,
+        )
     )
