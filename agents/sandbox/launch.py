@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.sandbox import seccomp
+from agents.sandbox.caches import CacheClaim, claim_cache
+from agents.sandbox.cgroup import WorkerCgroup, probe
 from agents.sandbox.env import sandbox_environment
 from agents.sandbox.jail import (
     LIBC,
@@ -34,9 +36,9 @@ from agents.sandbox.jail import (
 )
 from agents.sandbox.quota import (
     MONITOR,
+    DirectoryQuota,
     ProcessTable,
     Watch,
-    directory_bytes,
     empty_directory,
     kill_session,
 )
@@ -60,6 +62,7 @@ class Limits:
     file_size_bytes: int = 2 * 1024**3
     tmpfs_bytes: int = 2 * 1024**3  # the jail's private /tmp (and the scratch directory)
     cache_bytes: int = 2 * 1024**3  # the candidate's persistent cache directory
+    cache_files: int = 20_000  # entries (inodes) in the cache, and in the scratch directory
     max_processes: int = 64  # tasks (threads count) beyond the child's compute threads
 
 
@@ -97,6 +100,8 @@ class Launched:
     watch: Watch | None = None
     plan: JailPlan | None = None
     cache_dir: Path | None = None
+    cgroup: WorkerCgroup | None = None  # the child's own cgroup v2, where one could be had
+    claim: CacheClaim | None = None  # its cache, held against the sweep until close
     _closed: bool = False
 
     def cache_over_quota(self) -> bool:
@@ -113,6 +118,8 @@ class Launched:
         if self._closed:
             return
         self._closed = True
+        if self.cgroup is not None:  # every process it ever started, wherever it went
+            self.cgroup.kill()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         if self.plan is None:  # no jail: groups its processes made are still in its session
@@ -125,12 +132,16 @@ class Launched:
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         if self.watch is not None:
             MONITOR.remove(self.watch)
         if self.plan is not None:
             self.plan.cleanup()
         if self.cache_over_quota() and self.cache_dir is not None:
             empty_directory(self.cache_dir)
+        if self.claim is not None:
+            self.claim.release()
 
 
 def default_address_space() -> int:
@@ -202,9 +213,14 @@ def _child_setup(
     nproc: int | None,
     cpus: tuple[int, ...],
     loader: seccomp.Loader | None,
+    cgroup_fd: int | None = None,
 ) -> None:
-    """The preexec: staging and uid drop, rlimits and parent-death signal, CPU set, and
-    (without the jail) the filters, last, since they refuse sched_setaffinity."""
+    """The preexec: into the worker's cgroup (first: as root, before it can fork), staging
+    and uid drop, rlimits and parent-death signal, CPU set, and (without the jail) the
+    filters, last, since they refuse sched_setaffinity."""
+    if cgroup_fd is not None:
+        with contextlib.suppress(OSError):  # the parent checks, and says so if it failed
+            WorkerCgroup.join(cgroup_fd)
     _drop_and_stage(plan)
     _limit_child(address_space, file_size, parent)
     if nproc is not None:
@@ -251,13 +267,9 @@ def launch(spec: LaunchSpec) -> Launched:
     cap = process_cap(spec.threads, limits)
     cpus = spec.cpus if spec.cpus is not None else default_cpus(spec.threads)
     general = seccomp.general_filter()
-    if spec.cache_dir is not None:
-        spec.cache_dir.mkdir(parents=True, exist_ok=True)
-        os.utime(spec.cache_dir)  # its last use, for sweep_caches
-        if directory_bytes(spec.cache_dir, stop_above=spec.limits.cache_bytes) > (
-            spec.limits.cache_bytes
-        ):
-            empty_directory(spec.cache_dir)  # over a (smaller) quota already: start afresh
+    claim: CacheClaim | None = None  # held against agents.sandbox.caches' sweep until close
+    if spec.cache_dir is not None:  # emptied when over either quota already: start afresh
+        claim = claim_cache(spec.cache_dir, limits.cache_bytes, limits.cache_files)
     home_root = Path("/tmp") if jail is not None else spec.workdir
     if jail is None:
         (spec.workdir / "home").mkdir(exist_ok=True)
@@ -284,7 +296,7 @@ def launch(spec: LaunchSpec) -> Launched:
             watched_cap = cap
         else:
             rlimit = cap + _user_tasks(os.getuid())
-    isolation = _describe(jail, general, loader, cap, watched_cap, limits, address_space)
+    cgroup, cgroup_fd = _new_cgroup()
     preexec = functools.partial(
         _child_setup,
         plan,
@@ -294,6 +306,7 @@ def launch(spec: LaunchSpec) -> Launched:
         rlimit,
         cpus,
         loader,
+        cgroup_fd,
     )
     try:
         process = subprocess.Popen(
@@ -310,20 +323,60 @@ def launch(spec: LaunchSpec) -> Launched:
     except (OSError, subprocess.SubprocessError) as error:
         if plan is not None:
             plan.cleanup()
+        if cgroup is not None:
+            cgroup.remove()
         kind = JailUnavailable if jail is not None else LaunchError
         raise kind(f"the sandboxed child could not start: {error}") from None
     finally:
         if plan is not None:
             plan.close_fds()
+        if cgroup_fd is not None:
+            os.close(cgroup_fd)
+    cgroup_line = "own cgroup (frozen, counted and killed as one)"
+    if cgroup is None:
+        cgroup_line = f"no cgroup ({probe().reason or 'none could be made'})"
+    elif not cgroup.holds(process.pid):
+        cgroup.remove()
+        cgroup, cgroup_line = None, "no cgroup (the child could not join its own)"
+    if cgroup is None:
+        cgroup_line += ": stopped by signals, its processes re-read at every stop"
+    isolation = _describe(
+        jail, general, loader, cap, watched_cap, limits, address_space, cgroup_line
+    )
+    quotas = [DirectoryQuota(spec.workdir, limits.tmpfs_bytes, limits.cache_files, "scratch")]
+    if spec.cache_dir is not None:
+        quotas.append(
+            DirectoryQuota(spec.cache_dir, limits.cache_bytes, limits.cache_files, "cache")
+        )
     watch = Watch(
         pid=process.pid,
-        directories=[(spec.workdir, limits.tmpfs_bytes, "scratch")]
-        + ([(spec.cache_dir, limits.cache_bytes, "cache")] if spec.cache_dir else []),
+        directories=quotas,
         max_tasks=watched_cap,
         by_session=jail is None,
     )
     MONITOR.add(watch)
-    return Launched(process, isolation, watch=watch, plan=plan, cache_dir=spec.cache_dir)
+    return Launched(
+        process,
+        isolation,
+        watch=watch,
+        plan=plan,
+        cache_dir=spec.cache_dir,
+        cgroup=cgroup,
+        claim=claim,
+    )
+
+
+def _new_cgroup() -> tuple[WorkerCgroup | None, int | None]:
+    """The child's own cgroup and the fd its preexec joins it through; (None, None) where
+    none can be had (the caller falls back to signals)."""
+    cgroup = WorkerCgroup.create()
+    if cgroup is None:
+        return None, None
+    try:
+        return cgroup, cgroup.join_fd()
+    except OSError:
+        cgroup.remove()
+        return None, None
 
 
 def _jail_plan(jail: Jail, spec: LaunchSpec, argv, writable, cap: int) -> JailPlan:
@@ -355,8 +408,8 @@ def _jail_plan(jail: Jail, spec: LaunchSpec, argv, writable, cap: int) -> JailPl
         raise
 
 
-def _describe(jail, general, loader, cap, watched_cap, limits, address_space) -> str:
-    """The verdict's one line: which walls stood."""
+def _describe(jail, general, loader, cap, watched_cap, limits, address_space, cgroup) -> str:
+    """The verdict's one line: which walls stood (`cgroup`: how it is frozen and counted)."""
     if jail is not None:
         parts = [jail.describe()]
     else:
@@ -372,4 +425,5 @@ def _describe(jail, general, loader, cap, watched_cap, limits, address_space) ->
     parts.append(f"{limits.tmpfs_bytes >> 20} MiB scratch, {limits.cache_bytes >> 20} MiB cache")
     if address_space is not None:
         parts.append(f"{address_space / 1024**3:.0f} GiB address space")
+    parts.append(cgroup)
     return ", ".join(parts)

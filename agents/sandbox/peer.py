@@ -4,6 +4,13 @@ Why here: every request to a worker that runs user code can hang, crash, flood o
 `Peer` bounds each of them: writes and reads have deadlines (extended by the time a pool kept
 the worker stopped), replies are capped before they are read, stdout and stderr are drained
 into short tails, and the worker's whole process tree can be stopped, continued and killed.
+
+Stopped means stopped: in its own cgroup the worker is frozen as one (agents/sandbox/cgroup.py),
+processes forked at any time included; without one, every process of its jail (or, without
+the jail, its session) is sent SIGSTOP, the list re-read until no new process appears. The
+CPU its whole tree used is read at every stop and resume: a `strict` peer (the candidate's)
+that used CPU while stopped, or started processes once timing began (the first stop), is
+refused at its next request.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.sandbox.inspect import descendants
+from agents.sandbox.inspect import descendants, is_stopped, live_tree, tree_cpu_ns
+from agents.sandbox.quota import ProcessTable
 from agents.sandbox.wire import (
     CHUNK,
     Cancelled,
@@ -35,6 +43,11 @@ from agents.sandbox.wire import (
 )
 
 TAIL_BYTES = 16_384
+FROZEN_CPU_FLOOR_S = 0.002
+"""CPU a stopped worker may show over all its stops before it is refused: accounting noise.
+A frozen cgroup shows none; signal-stopped processes a few microseconds each."""
+STOP_ROUNDS = 50
+STOP_WAIT_S = 1.0
 
 
 class WorkerError(Exception):
@@ -103,6 +116,7 @@ class Peer:
         cancelled: Callable[[], bool] = lambda: False,
         paused_s: Callable[[], float] = lambda: 0.0,
         close: Callable[[], None] | None = None,
+        strict: bool = False,
     ) -> None:
         self.process = process
         self.label = label
@@ -115,7 +129,14 @@ class Peer:
         self.requests = 0
         self.clean = True  # every request so far got its answer: the channel is in step
         self.stopped = False
+        self.strict = strict  # held to "stopped means stopped" (the candidate's worker)
         self._pids: list[int] = []
+        self._timed_pids: set[int] | None = None  # its processes when timing began
+        self._cpu_at_stop: float | None = None
+        self._cpu_at_resume: float | None = None
+        self.frozen_cpu_s = 0.0  # CPU its tree used while stopped, over all stops
+        self.awake_cpu_s: float | None = None  # CPU its tree used between the last resume/stop
+        self.violation = ""  # why a strict peer is refused at its next request
         self.own_pid: int | None = None  # the pid the worker sees for itself (its hello)
         self.isolation = ""
         self.launched: Any = None
@@ -141,6 +162,8 @@ class Peer:
     ) -> Frame:
         """Send one request and read its one reply. Raises WorkerFailed (the worker's own
         error), WorkerTimeout, WorkerGone, or wire.Cancelled."""
+        if self.strict and self.violation:
+            raise WorkerGone(f"{self.label} {self.violation}", self.label, alive=True)
         policy = WaitPolicy(timeout_s, self.cancelled, self.paused_s)
         self.requests += 1
         nonce = secrets.token_hex(8)
@@ -221,29 +244,108 @@ class Peer:
         """The worker's processes (bubblewrap's included), read from /proc."""
         return descendants(self.process.pid)
 
+    @property
+    def cgroup(self):
+        """The worker's own cgroup (agents/sandbox/cgroup.py), or None."""
+        return getattr(self.launched, "cgroup", None)
+
     def stop(self) -> None:
-        """SIGSTOP every process of the worker: nothing of it runs until `resume`. The tree
-        is read from /proc once (`forget_tree` reads it again): a walk of /proc between two
-        timed runs would evict the caches both of them run from."""
+        """Stop every process of the worker: nothing of it runs until `resume`. In its own
+        cgroup, one freeze does it; else signals (`_stop_by_signal`). Reads no more than
+        the cgroup's files or the tree's own: a walk of all /proc between two timed runs
+        would evict the caches both of them run from."""
         if self.stopped:
             return
-        if not self._pids:
-            self._pids = self.tree()
-        for pid in self._pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGSTOP)
+        cgroup = self.cgroup
+        if cgroup is not None:
+            with contextlib.suppress(OSError):
+                cgroup.freeze()
+            self._pids = cgroup.pids()
+        else:
+            self._pids = self._stop_by_signal()
         self.stopped = True
+        self._cpu_at_stop = self.cpu_seconds()
+        if self._cpu_at_stop is not None and self._cpu_at_resume is not None:
+            self.awake_cpu_s = max(self._cpu_at_stop - self._cpu_at_resume, 0.0)
+        self._hold_to_timing(set(self._pids))
 
     def resume(self) -> None:
         if not self.stopped:
             return
-        for pid in self._pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGCONT)
+        used = self.cpu_seconds()
+        if used is not None and self._cpu_at_stop is not None:
+            self.frozen_cpu_s += max(used - self._cpu_at_stop, 0.0)
+            if self.strict and self.frozen_cpu_s > FROZEN_CPU_FLOOR_S and not self.violation:
+                self.violation = (
+                    f"used {self.frozen_cpu_s * 1e3:.1f} ms of CPU while it was stopped "
+                    "(work done while the other side was timed)"
+                )
+        self._cpu_at_resume = used
+        cgroup = self.cgroup
+        if cgroup is not None:
+            with contextlib.suppress(OSError):
+                cgroup.thaw()
+        else:
+            for pid in self._pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGCONT)
         self.stopped = False
 
     def forget_tree(self) -> None:
+        """A new evaluation begins (a kept worker): its timing has not begun."""
         self._pids = []
+        self._timed_pids = None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the worker's whole tree used so far, exited processes included: its
+        cgroup's count, or (without one) its processes' threads plus their reaped children.
+        None where neither can be read."""
+        cgroup = self.cgroup
+        if cgroup is not None:
+            return cgroup.cpu_seconds()
+        pids = self._pids if self.stopped and self._pids else self._members()
+        return tree_cpu_ns(pids) / 1e9 if pids else None
+
+    def _hold_to_timing(self, pids: set[int]) -> None:
+        """The first stop is when timing begins: a process that appears at a later stop
+        was started while timed, where nothing of it may run beside the other side."""
+        if self._timed_pids is None:
+            self._timed_pids = pids
+            return
+        new = sorted(pids - self._timed_pids)
+        if new and self.strict and not self.violation:
+            names = ", ".join(f"{_comm(pid)}[{pid}]" for pid in new[:5])
+            self.violation = f"started processes while it was timed: {names}"
+        self._timed_pids |= pids
+
+    def _members(self) -> list[int]:
+        """The worker's processes without a cgroup: its jail's (orphans stay in the tree,
+        reaped by the jail's init), or without the jail, its session's (the kill filter
+        keeps it from leaving that session)."""
+        tree = live_tree(self.process.pid)
+        if self.launched is not None and getattr(self.launched, "plan", True) is None:
+            table = ProcessTable.read()
+            session = table.session.get(self.process.pid, self.process.pid)
+            tree += [pid for pid, sid in table.session.items() if sid == session]
+        return sorted(set(tree))
+
+    def _stop_by_signal(self) -> list[int]:
+        """SIGSTOP every process, wait until each is stopped (a process stopped cannot
+        fork, and one it forked before is in the list when read again), and read again
+        until no new process appears."""
+        stopped: set[int] = set()
+        for _ in range(STOP_ROUNDS):
+            new = [pid for pid in self._members() if pid not in stopped]
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+                stopped.add(pid)
+            deadline = time.monotonic() + STOP_WAIT_S
+            while not all(is_stopped(pid) for pid in new) and time.monotonic() < deadline:
+                time.sleep(0.0002)
+        return sorted(stopped)
 
     @contextlib.contextmanager
     def awake(self):
@@ -273,6 +375,15 @@ class Peer:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.request_fd = self.reply_fd = -1
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as handle:
+            name = handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return "gone"
+    return "".join(c if c.isprintable() else "?" for c in name)[:32] or "?"
 
 
 def _readable(fd: int) -> bool:

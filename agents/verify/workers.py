@@ -92,6 +92,7 @@ def start_worker(role: str, settings: WorkerSettings, cache_dir: Path | None) ->
         cancelled=settings.cancelled,
         paused_s=settings.paused_s,
         close=close,
+        strict=role == "candidate",  # refused for CPU used while stopped (peer.py)
     )
     peer.isolation = launched.isolation
     peer.launched = launched
