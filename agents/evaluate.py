@@ -20,6 +20,7 @@ from pathlib import Path
 
 import platformdirs
 
+from agents.sandbox.caches import sweep_caches
 from agents.sandbox.devicelock import DeviceGate
 from agents.sandbox.launch import JailUnavailable
 from agents.sandbox.peer import Peer
@@ -229,13 +230,15 @@ def evaluate(
             candidate_peer.close()
         if booting is not None and spares is not None:
             booting.settle(spares, spare_key, keep=judged)
+        sweep_caches(own_cache.parent)  # every source's cache: the root stays under its cap
     # A caller that cancelled gets no verdict, even when a worker ended in the same instant.
     _raise_if_cancelled(cancel)
     if over_quota:
         findings.verdict = Verdict.REJECTED
         findings.reasons.append(
-            f"its build and compiler cache grew past {options.limits.cache_bytes / 1024**3:g} "
-            "GiB; the cache was emptied"
+            "its build and compiler cache grew past its quota "
+            f"({options.limits.cache_bytes / 1024**3:g} GiB or "
+            f"{options.limits.cache_files:,} files); the cache was emptied"
         )
     result = EvalResult(
         **{f.name: getattr(findings, f.name) for f in fields(findings)},

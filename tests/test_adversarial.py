@@ -78,6 +78,7 @@ def test_the_suite_covers_every_known_hack():
         "flood_reply",
         "ansi_in_error",
         "cache_bomb",
+        "cache_many_files",
         "kill_the_parent",
         "hang_in_init",
         "hang_in_timing",

@@ -18,10 +18,10 @@ import pytest
 
 from agents.sandbox import jail as jail_module
 from agents.sandbox import seccomp
+from agents.sandbox.caches import sweep_caches
 from agents.sandbox.env import sandbox_environment
 from agents.sandbox.jail import Jail, plan_command
 from agents.sandbox.launch import Limits
-from agents.sandbox.quota import sweep_caches
 from tests.test_jail import SECRETS
 
 

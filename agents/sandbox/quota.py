@@ -1,10 +1,12 @@
 """Quotas a sandboxed child cannot raise from inside: its cache and scratch directories' sizes
-and, where RLIMIT_NPROC does not hold (a child whose processes belong to root), its number of
-tasks. One monitor thread serves every live child: it reads /proc once per tick for all of
-them and walks each watched directory about once a second. A child over a quota has its whole
-process group killed and the reason recorded.
+in bytes and in entries (files, folders and links: a tree of a hundred thousand empty files
+costs the host inodes and every later walk, and almost no bytes) and, where RLIMIT_NPROC does
+not hold (a child whose processes belong to root), its number of tasks. One monitor thread
+serves every live child: it reads /proc once per tick for all of them and walks each watched
+directory about once a second, counting no further than the quota. A child over a quota has
+its whole process group killed and the reason recorded.
 
-`sweep_caches` keeps a root of per-source caches under a size, least recently used first.
+The root of every source's cache, and its sweep, are agents/sandbox/caches.py.
 """
 
 from __future__ import annotations
@@ -23,18 +25,35 @@ TICK_S = 0.2
 DIRECTORY_PERIOD_S = 1.0
 
 
-def directory_bytes(path: Path, stop_above: int | None = None) -> int:
+@dataclass(frozen=True)
+class Usage:
+    """What a tree holds: bytes on disk, and entries (files, folders, links: inodes)."""
+
+    bytes: int = 0
+    entries: int = 0
+
+    def over(self, max_bytes: int | None, max_entries: int | None) -> bool:
+        return (max_bytes is not None and self.bytes > max_bytes) or (
+            max_entries is not None and self.entries > max_entries
+        )
+
+
+def directory_usage(
+    path: Path, max_bytes: int | None = None, max_entries: int | None = None
+) -> Usage:
     """Bytes the tree under `path` occupies on disk (allocated blocks, so a sparse file costs
-    what it uses); symlinks are not followed. Stops counting once above `stop_above`."""
-    total = 0
+    what it uses) and its entries; symlinks are not followed. Stops counting as soon as either
+    is above its maximum, so a watch over a tree of a million files costs what its limit does."""
+    total = entries = 0
     stack = [str(path)]
     while stack:
         try:
-            entries = os.scandir(stack.pop())
+            scanner = os.scandir(stack.pop())
         except OSError:
             continue
-        with entries:
-            for entry in entries:
+        with scanner:
+            for entry in scanner:
+                entries += 1
                 try:
                     info = entry.stat(follow_symlinks=False)
                 except OSError:
@@ -42,13 +61,14 @@ def directory_bytes(path: Path, stop_above: int | None = None) -> int:
                 total += info.st_blocks * 512
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
-        if stop_above is not None and total > stop_above:
-            break
-    return total
+                if Usage(total, entries).over(max_bytes, max_entries):
+                    return Usage(total, entries)
+    return Usage(total, entries)
 
 
 def empty_directory(path: Path) -> None:
-    """Delete everything inside `path`, keeping `path` itself."""
+    """Delete everything inside `path`, keeping `path` itself; links are removed, never
+    followed."""
     try:
         entries = list(os.scandir(path))
     except OSError:
@@ -61,28 +81,28 @@ def empty_directory(path: Path) -> None:
                 os.unlink(entry.path)
 
 
-def sweep_caches(root: Path, keep_bytes: int) -> list[Path]:
-    """Delete the least recently used per-source cache directories directly under `root`
-    until the rest fit in `keep_bytes`. A launch touches its cache directory, so its mtime
-    is its last use. Returns what was deleted."""
-    try:
-        entries = [Path(entry.path) for entry in os.scandir(root) if entry.is_dir()]
-    except OSError:
-        return []
-    sized = []
-    for entry in entries:
-        with contextlib.suppress(OSError):
-            sized.append((entry.stat().st_mtime, directory_bytes(entry), entry))
-    sized.sort()
-    total = sum(size for _, size, _ in sized)
-    deleted = []
-    for _, size, entry in sized:
-        if total <= keep_bytes:
-            break
-        shutil.rmtree(entry, ignore_errors=True)
-        total -= size
-        deleted.append(entry)
-    return deleted
+@dataclass(frozen=True)
+class DirectoryQuota:
+    """A directory the child may write, and how much of it: bytes and entries."""
+
+    path: Path
+    max_bytes: int
+    max_entries: int
+    label: str  # "cache" | "scratch"
+
+    def breach(self) -> str | None:
+        """One line naming the count that went over, or None while within the quota."""
+        used = directory_usage(self.path, self.max_bytes, self.max_entries)
+        if used.bytes > self.max_bytes:
+            return (
+                f"{self.label} over its quota ({used.bytes >> 20} MiB > {self.max_bytes >> 20} MiB)"
+            )
+        if used.entries > self.max_entries:
+            return (
+                f"{self.label} over its quota ({used.entries:,} files and folders counted, "
+                f"more than {self.max_entries:,})"
+            )
+        return None
 
 
 @dataclass
@@ -154,7 +174,7 @@ class Watch:
     """What the monitor checks for one child; `reason` says why it was killed."""
 
     pid: int
-    directories: list[tuple[Path, int, str]] = field(default_factory=list)
+    directories: list[DirectoryQuota] = field(default_factory=list)
     max_tasks: int | None = None
     by_session: bool = False  # count the child's session (no jail), not its process tree
     reason: str | None = None
@@ -181,10 +201,9 @@ class Watch:
         if now < self._next_walk:
             return
         self._next_walk = now + DIRECTORY_PERIOD_S
-        for path, limit, label in self.directories:
-            used = directory_bytes(path, stop_above=limit)
-            if used > limit:
-                self.kill(f"{label} over its quota ({used >> 20} MiB > {limit >> 20} MiB)", label)
+        for quota in self.directories:
+            if (reason := quota.breach()) is not None:
+                self.kill(reason, quota.label)
 
 
 class _Monitor:
