@@ -21,6 +21,7 @@ from pathlib import Path
 
 from agents.sandbox import seccomp
 from agents.sandbox.caches import CacheClaim, claim_cache
+from agents.sandbox.cgroup import WorkerCgroup, probe
 from agents.sandbox.env import sandbox_environment
 from agents.sandbox.jail import (
     LIBC,
@@ -99,6 +100,7 @@ class Launched:
     watch: Watch | None = None
     plan: JailPlan | None = None
     cache_dir: Path | None = None
+    cgroup: WorkerCgroup | None = None  # the child's own cgroup v2, where one could be had
     claim: CacheClaim | None = None  # its cache, held against the sweep until close
     _closed: bool = False
 
@@ -116,6 +118,8 @@ class Launched:
         if self._closed:
             return
         self._closed = True
+        if self.cgroup is not None:  # every process it ever started, wherever it went
+            self.cgroup.kill()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         if self.plan is None:  # no jail: groups its processes made are still in its session
@@ -128,6 +132,8 @@ class Launched:
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         if self.watch is not None:
             MONITOR.remove(self.watch)
         if self.plan is not None:
@@ -207,9 +213,14 @@ def _child_setup(
     nproc: int | None,
     cpus: tuple[int, ...],
     loader: seccomp.Loader | None,
+    cgroup_fd: int | None = None,
 ) -> None:
-    """The preexec: staging and uid drop, rlimits and parent-death signal, CPU set, and
-    (without the jail) the filters, last, since they refuse sched_setaffinity."""
+    """The preexec: into the worker's cgroup (first: as root, before it can fork), staging
+    and uid drop, rlimits and parent-death signal, CPU set, and (without the jail) the
+    filters, last, since they refuse sched_setaffinity."""
+    if cgroup_fd is not None:
+        with contextlib.suppress(OSError):  # the parent checks, and says so if it failed
+            WorkerCgroup.join(cgroup_fd)
     _drop_and_stage(plan)
     _limit_child(address_space, file_size, parent)
     if nproc is not None:
@@ -285,7 +296,7 @@ def launch(spec: LaunchSpec) -> Launched:
             watched_cap = cap
         else:
             rlimit = cap + _user_tasks(os.getuid())
-    isolation = _describe(jail, general, loader, cap, watched_cap, limits, address_space)
+    cgroup, cgroup_fd = _new_cgroup()
     preexec = functools.partial(
         _child_setup,
         plan,
@@ -295,6 +306,7 @@ def launch(spec: LaunchSpec) -> Launched:
         rlimit,
         cpus,
         loader,
+        cgroup_fd,
     )
     try:
         process = subprocess.Popen(
@@ -311,11 +323,26 @@ def launch(spec: LaunchSpec) -> Launched:
     except (OSError, subprocess.SubprocessError) as error:
         if plan is not None:
             plan.cleanup()
+        if cgroup is not None:
+            cgroup.remove()
         kind = JailUnavailable if jail is not None else LaunchError
         raise kind(f"the sandboxed child could not start: {error}") from None
     finally:
         if plan is not None:
             plan.close_fds()
+        if cgroup_fd is not None:
+            os.close(cgroup_fd)
+    cgroup_line = "own cgroup (frozen, counted and killed as one)"
+    if cgroup is None:
+        cgroup_line = f"no cgroup ({probe().reason or 'none could be made'})"
+    elif not cgroup.holds(process.pid):
+        cgroup.remove()
+        cgroup, cgroup_line = None, "no cgroup (the child could not join its own)"
+    if cgroup is None:
+        cgroup_line += ": stopped by signals, its processes re-read at every stop"
+    isolation = _describe(
+        jail, general, loader, cap, watched_cap, limits, address_space, cgroup_line
+    )
     quotas = [DirectoryQuota(spec.workdir, limits.tmpfs_bytes, limits.cache_files, "scratch")]
     if spec.cache_dir is not None:
         quotas.append(
@@ -329,8 +356,27 @@ def launch(spec: LaunchSpec) -> Launched:
     )
     MONITOR.add(watch)
     return Launched(
-        process, isolation, watch=watch, plan=plan, cache_dir=spec.cache_dir, claim=claim
+        process,
+        isolation,
+        watch=watch,
+        plan=plan,
+        cache_dir=spec.cache_dir,
+        cgroup=cgroup,
+        claim=claim,
     )
+
+
+def _new_cgroup() -> tuple[WorkerCgroup | None, int | None]:
+    """The child's own cgroup and the fd its preexec joins it through; (None, None) where
+    none can be had (the caller falls back to signals)."""
+    cgroup = WorkerCgroup.create()
+    if cgroup is None:
+        return None, None
+    try:
+        return cgroup, cgroup.join_fd()
+    except OSError:
+        cgroup.remove()
+        return None, None
 
 
 def _jail_plan(jail: Jail, spec: LaunchSpec, argv, writable, cap: int) -> JailPlan:
@@ -362,8 +408,8 @@ def _jail_plan(jail: Jail, spec: LaunchSpec, argv, writable, cap: int) -> JailPl
         raise
 
 
-def _describe(jail, general, loader, cap, watched_cap, limits, address_space) -> str:
-    """The verdict's one line: which walls stood."""
+def _describe(jail, general, loader, cap, watched_cap, limits, address_space, cgroup) -> str:
+    """The verdict's one line: which walls stood (`cgroup`: how it is frozen and counted)."""
     if jail is not None:
         parts = [jail.describe()]
     else:
@@ -379,4 +425,5 @@ def _describe(jail, general, loader, cap, watched_cap, limits, address_space) ->
     parts.append(f"{limits.tmpfs_bytes >> 20} MiB scratch, {limits.cache_bytes >> 20} MiB cache")
     if address_space is not None:
         parts.append(f"{address_space / 1024**3:.0f} GiB address space")
+    parts.append(cgroup)
     return ", ".join(parts)
