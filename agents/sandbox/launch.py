@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.sandbox import cgroup as cgroups
 from agents.sandbox import seccomp
 from agents.sandbox.caches import CacheClaim, claim_cache
-from agents.sandbox.cgroup import WorkerCgroup, probe
+from agents.sandbox.cgroup import WorkerCgroup
 from agents.sandbox.env import sandbox_environment
 from agents.sandbox.jail import (
     LIBC,
@@ -334,7 +335,7 @@ def launch(spec: LaunchSpec) -> Launched:
             os.close(cgroup_fd)
     cgroup_line = "own cgroup (frozen, counted and killed as one)"
     if cgroup is None:
-        cgroup_line = f"no cgroup ({probe().reason or 'none could be made'})"
+        cgroup_line = f"no cgroup ({cgroups.probe().reason or 'none could be made'})"
     elif not cgroup.holds(process.pid):
         cgroup.remove()
         cgroup, cgroup_line = None, "no cgroup (the child could not join its own)"
