@@ -2,14 +2,16 @@
 
 Why: any clock, event or synchronise inside the candidate's process is the candidate's to
 fake. Here a timed request is "make your K calls, each on its own inputs drawn just before,
-then send the checksums of all K outputs under weights drawn from this seed", and its reply.
-The parent's clock brackets it. Because the weights arrive with the request, the reply cannot
-come before every output exists: work started early in the background or finished late is
-inside the bracket or is caught by the checksums. K calls a request, not one: a request
-costs a round trip (and on the GPU a context switch) whose size and jitter would otherwise
-cap any speedup of a short call; K is chosen from the untimed warm-up rounds so that a request
-lasts about `ClockConfig.request_s` (20 ms), the same K on both sides, capped by the memory K
-input sets and outputs take and by the slower side's request length (K = 1 for long calls).
+then send the commitments of all K outputs under this key", and its reply. The parent's clock
+brackets it. A commitment (agents/verify/commitment.py) is a keyed nonlinear function of
+every element that no identity moves onto the inputs; because the key arrives with the
+request, the reply cannot come before every output exists: work started early in the
+background or finished late is inside the bracket or is caught by the commitments.
+K calls a request, not one: a request costs a round trip (and on the GPU a context switch)
+whose size and jitter would otherwise cap any speedup of a short call; K is chosen from the
+untimed warm-up rounds so that a request lasts about `ClockConfig.request_s` (20 ms), the
+same K on both sides, capped by the memory K input sets and outputs take and by the slower
+side's request length (K = 1 for long calls).
 Around that:
 - every call of every request has inputs freshly drawn from a seed of the parent's (the K
   sets drawn in the `prepare` request before the clock starts), so nothing can be replayed
@@ -25,8 +27,13 @@ Around that:
   the seeding) is measured on the reference alone (the same request less its calls, right
   after its timed one) and subtracted from both; a call's time is what is left over K:
   nothing the candidate reports about itself is ever subtracted;
-- a random share of the requests has one of its K calls, picked once all checksums are in,
-  fetched in full and compared with the float64 anchor;
+- calls are opened at random (agents/verify/openings.py: every request for small outputs, a
+  share for large ones, several calls of the first), picked with the system's randomness
+  once all commitments are in: fetched in full, compared with the reference's output and the
+  float64 anchor, and their commitment recomputed from those bytes by the reference's
+  process, which must equal the candidate's claim (agents/verify/proof.py);
+- every draw of the parent's (input seeds, keys, openings, spot checks) comes from the
+  system's randomness, never a seeded generator a worker could reconstruct from its seeds;
 - drawing inputs is timed on both sides: a candidate that takes longer there (working on the
   inputs before the clock starts) is refused;
 - Python's cyclic collector is held off for the span of each timed request, in the parent
@@ -42,7 +49,6 @@ from __future__ import annotations
 
 import math
 import random
-import secrets
 import statistics
 import time
 from collections.abc import Callable
@@ -50,7 +56,9 @@ from dataclasses import dataclass, field
 
 from agents.sandbox.peer import Peer
 from agents.sandbox.wire import Frame
-from agents.verify import devflush
+from agents.verify import devflush, stability
+from agents.verify.openings import Opening, Openings
+from agents.verify.stability import read_pressure
 from agents.verify.timing import (
     PairTiming,
     Sample,
@@ -139,8 +147,9 @@ class _Record:
 class OutsideClock:
     """Times one candidate against one reference; see the module docstring for the rules.
 
-    `full_check(label)` fetches both current outputs in full and compares them with the
-    float64 anchor, raising TimingRefused when they differ."""
+    `full_check(label, opening)` fetches both current outputs in full and compares them
+    with the float64 anchor, and has the reference recompute the opened call's commitment
+    from the candidate's bytes, raising TimingRefused when either differs."""
 
     def __init__(
         self,
@@ -149,7 +158,7 @@ class OutsideClock:
         device: str,
         config: ClockConfig,
         timeout_s: float,
-        full_check: Callable[[str], None],
+        full_check: Callable[[str, Opening | None], None],
         compare_checksums: Callable[[Frame, Frame, Frame, str], str | None],
         flush_alone_ms: float | None = None,
     ) -> None:
@@ -161,7 +170,9 @@ class OutsideClock:
         self.full_check = full_check
         self.compare_checksums = compare_checksums
         self.flush_alone_ms = flush_alone_ms
-        self.rng = random.Random(secrets.randbits(64))
+        self.rng = random.SystemRandom()  # no state a worker could learn from its seeds
+        self.openings = Openings()
+        self.scales: list[float] = []  # per output leaf, the commitments' (the reference's)
         self.notes: list[str] = []
         self.calls = 1  # K, the same for both sides
         self.footprint: dict[str, int] = {}  # the reference's: one input set, one output
@@ -171,7 +182,10 @@ class OutsideClock:
         self.ref.stop()
         self.cand.stop()
         try:
-            return self._measure(config)
+            self.scales = list(self._awake(self.ref, "scales").header.get("scales") or [])
+            timing = self._measure(config)
+            self.notes.append(self.openings.note())
+            return timing
         finally:
             self.ref.resume()
             self.cand.resume()
@@ -185,23 +199,39 @@ class OutsideClock:
         self._warm_up(batched=not replay)  # a captured graph replays one call a request
         method += f", {self.calls} {'call' if self.calls == 1 else 'calls'} per timed request"
         record = _Record(calls=self.calls)
-        started = time.monotonic()
+        pressure = read_pressure(time.monotonic())
         reverified = False
-        while len(record.ref) < config.max_runs:
-            index = len(record.ref)
-            self._iteration(record, index, check=index == 0 or self._draw() < config.spot_share)
-            if len(record.ref) < config.min_runs:
-                continue
-            ref_times, cand_times = record.net()
-            ratio = statistics.median(ref_times) / statistics.median(cand_times)
-            if not reverified and ratio > config.reverify_above:
-                reverified = True
-                self._iteration(_Record(calls=self.calls), index, check=True)
-            stable = median_is_stable(ref_times, config.rel_precision) and median_is_stable(
-                cand_times, config.rel_precision
+        for attempt in range(2):  # a run that cannot be trusted is measured again, as long
+            started = time.monotonic()
+            while len(record.ref) < config.max_runs * (attempt + 1):
+                index = len(record.ref)
+                check = index == 0 or self._draw() < config.spot_share
+                self._iteration(record, index, check=check)
+                if len(record.ref) < config.min_runs * (attempt + 1):
+                    continue
+                ref_times, cand_times = record.net()
+                ratio = statistics.median(ref_times) / statistics.median(cand_times)
+                if not reverified and ratio > config.reverify_above:
+                    reverified = True
+                    self._iteration(_Record(calls=self.calls), index, check=True)
+                stable = median_is_stable(ref_times, config.rel_precision) and median_is_stable(
+                    cand_times, config.rel_precision
+                )
+                if stable or time.monotonic() - started > config.budget_s:
+                    break
+            ref_times, cand_times = record.net(
+                floor=1e-9 if record.resolved() else record.resolution()
             )
-            if stable or time.monotonic() - started > config.budget_s:
+            first = stability.assess(
+                ref_times,
+                cand_times,
+                statistics.median(ref_times) / statistics.median(cand_times),
+                bootstrap_speedup_ci(ref_times, cand_times, config.bootstrap // 4),
+                stability.stall_share(pressure, read_pressure(time.monotonic())),
+            )
+            if first.stable or attempt:
                 break
+            self.notes.append(f"measured again, as long again: {first.reason}")
         if self._prepare_excess(record):  # a suspicion is confirmed on as many runs again
             for _ in range(max(len(record.ref), config.min_runs)):
                 self._iteration(record, len(record.ref), check=False)
@@ -234,15 +264,25 @@ class OutsideClock:
                 f"speedup over {config.reverify_above:g}x: re-verified in full on fresh "
                 "inputs during timing; worth a closer look"
             )
+        interval = bootstrap_speedup_ci(ref_ms, cand_ms, config.bootstrap)
+        verdict = stability.assess(
+            ref_ms,
+            cand_ms,
+            speedup,
+            interval,
+            stability.stall_share(pressure, read_pressure(time.monotonic())),
+        )
         return PairTiming(
             reference=ref_sample,
             candidate=cand_sample,
             speedup=speedup,
-            speedup_ci=bootstrap_speedup_ci(ref_ms, cand_ms, config.bootstrap),
+            speedup_ci=interval,
             method=method,
             notes=self.notes,
             suspicious=speedup > config.reverify_above,
             calls_per_request=self.calls,
+            stable=verdict.stable,
+            unstable_reason=verdict.reason,
         )
 
     # -- how many calls a request makes -------------------------------------------------------
@@ -253,7 +293,7 @@ class OutsideClock:
         which the estimate is refined when K was large enough to show a call's marginal cost."""
         single = _Record()
         for round_index in range(max(self.config.warmup, 1)):
-            self._iteration(single, 0, check=False, footprint=round_index == 0)
+            self._iteration(single, 0, check=False, footprint=round_index == 0, timed=False)
         if not batched:
             return
         ping = min(self._timed(self.ref, "ping")[0] for _ in range(3))
@@ -265,7 +305,7 @@ class OutsideClock:
             return
         first = self.calls
         batch = _Record(calls=first)
-        self._iteration(batch, 1, check=False)
+        self._iteration(batch, 1, check=False, timed=False)
         if first >= 4:  # the marginal cost of a call, the request's fixed cost cancelled
             fast, slow = sorted(
                 max((statistics.median(many) - statistics.median(one)) / (first - 1), 1e-7)
@@ -293,11 +333,20 @@ class OutsideClock:
 
     # -- one iteration ------------------------------------------------------------------------
 
-    def _iteration(self, record: _Record, index: int, check: bool, footprint: bool = False) -> None:
+    def _iteration(
+        self,
+        record: _Record,
+        index: int,
+        check: bool,
+        footprint: bool = False,
+        timed: bool = True,
+    ) -> None:
         """Each side draws its K input sets right before its own timed request (neither finds
-        its inputs colder in the caches), in ABBA order; then the checksums are compared."""
+        its inputs colder in the caches), in ABBA order; then the commitments are compared,
+        and calls opened: with `check`, a thorough set; else, when `timed`, at random."""
         seeds = [self._seed() for _ in range(self.calls)]
-        weights = self._seed()
+        weights = self.rng.getrandbits(62)
+        scales = self.scales
         order = (self.ref, self.cand) if index % 2 == 0 else (self.cand, self.ref)
         replies: dict[str, Frame] = {}
         for peer in order:
@@ -307,14 +356,16 @@ class OutsideClock:
             self._awake(peer, "warm", seed=self._seed())
             prepare_s, drawn = self._timed(peer, "prepare", seeds=seeds, footprint=footprint)
             self._flush(record)
-            elapsed, replies[peer.label] = self._timed(peer, "calls", checksum=weights)
+            elapsed, replies[peer.label] = self._timed(
+                peer, "calls", checksum=weights, scales=scales
+            )
             # The same requests follow on both sides, so each side's next timed run finds the
             # caches as the other's does; only the reference's are used: the request less
             # its calls, after a flush as the timed one was, is what a timed request costs
             # besides them (the round trip, the checksums and, on the GPU, the context switch).
             self._flush(record)
-            overhead, _ = self._timed(peer, "checksum", seed=weights, calls=True)
-            band = self._awake(peer, "checksum", seed=weights, calls=True, band=True)
+            overhead, _ = self._timed(peer, "checksum", seed=weights, calls=True, scales=scales)
+            band = self._awake(peer, "checksum", seed=weights, calls=True, band=True, scales=scales)
             if peer is self.ref:
                 record.overhead.append(overhead)
                 record.ref.append(elapsed)
@@ -330,17 +381,33 @@ class OutsideClock:
         )
         if problem:
             raise TimingRefused(problem, incorrect=True)
-        if check:
-            call = self.rng.randrange(self.calls)  # picked after every checksum is in
-            for peer in (self.ref, self.cand):
-                self._awake(peer, "select", index=call)
-            self.ref.resume()
-            self.cand.resume()
-            try:
-                self.full_check("a timed run")
-            finally:
-                self.ref.stop()
-                self.cand.stop()
+        if check or timed:  # picked after every commitment is in
+            output_bytes = int(self.footprint.get("output_bytes", 0))
+            for call in self.openings.choose(self.calls, output_bytes, thorough=check):
+                self._open(call, weights, replies)
+
+    def _open(self, call: int, key: int, replies: dict[str, Frame]) -> None:
+        """Call `call` of the request just timed, fetched and checked in full (`full_check`)."""
+        claimed = replies[self.cand.label].header.get("checksum") or []
+        bands = replies["band"].header.get("band") or []
+        width = len(claimed) // max(self.calls, 1)
+        opening = Opening(
+            key=key,
+            calls=self.calls,
+            call=call,
+            scales=tuple(self.scales),
+            claimed=tuple(claimed[call * width : (call + 1) * width]),
+            bands=tuple(bands[call * width : (call + 1) * width]),
+        )
+        for peer in (self.ref, self.cand):
+            self._awake(peer, "select", index=call)
+        self.ref.resume()
+        self.cand.resume()
+        try:
+            self.full_check("a timed run", opening)
+        finally:
+            self.ref.stop()
+            self.cand.stop()
 
     def _timed(self, peer: Peer, op: str, **fields) -> tuple[float, Frame]:
         peer.resume()

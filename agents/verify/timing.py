@@ -45,6 +45,10 @@ class PairTiming:
     notes: list[str] = field(default_factory=list)
     suspicious: bool = False
     calls_per_request: int = 1  # K: each timed request's calls, each on fresh inputs
+    stable: bool = True
+    """False when the ratio cannot be trusted as a number (agents/verify/stability.py): it is
+    then reported as "unstable", never offered or ranked as a speedup."""
+    unstable_reason: str = ""  # one line: what made it untrustworthy
 
     @property
     def runs(self) -> int:

@@ -43,6 +43,10 @@ class ReviewFindings:
     timing_method: str | None = None
     timing_notes: list[str] = field(default_factory=list)
     suspicious: bool = False
+    timing_stable: bool = True
+    """False when the speedup could not be trusted as a number (a busy machine, halves that
+    disagree, an interval that does not clear 1): shown as "unstable", never offered."""
+    timing_unstable_reason: str = ""
 
 
 @dataclass
@@ -60,6 +64,13 @@ class EvalResult(ReviewFindings):
     @property
     def correct(self) -> bool:
         return self.verdict is Verdict.CORRECT
+
+    @property
+    def trusted_speedup(self) -> float | None:
+        """The speedup where it may be offered or ranked: correct and measured stably."""
+        if not self.correct or not self.timing_stable or not self.speedup:
+            return None
+        return self.speedup if math.isfinite(self.speedup) else None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

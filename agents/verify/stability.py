@@ -1,0 +1,129 @@
+"""When a measured speedup can be trusted as a number, and when it is only "unstable".
+
+Why: on a busy machine (measured on 2 cores beside two busy processes) honest copies of the
+reference measured anywhere from 0.15x to 2.9x, and a bootstrap interval, which assumes the
+noise is the same from the first round to the last, called some of them speedups. Load comes
+and goes during a run, so the rule asks what a stationary interval cannot:
+
+- do the two halves of the run agree? Each half's median of the per-round ratios (the
+  reference's and the candidate's request of the same ABBA round, seconds apart, so a slow
+  drift of the load cancels); halves a factor `HALVES_FACTOR` apart, or one half faster
+  beyond the band and the other not faster, mean the load, not the code, set the ratio;
+- does the interval support the claim? A ratio beyond the `BAND` (1.2x either way) must have
+  its 95% interval clear of 1; an interval wider than `WIDTH_FACTOR` (high over low) says
+  nothing about the size of the effect;
+- was the machine contended? The kernel's CPU pressure (/proc/pressure/cpu, "some": the
+  share of time a runnable task waited for a CPU) over the measurement; above
+  `CONTENDED_SHARE`, the interval must clear the band itself, not just 1.
+
+A ratio within the band (an A/A copy's) is reported as a number when its halves agree: it
+claims no speedup. Large real speedups survive: their halves agree in direction and within a
+factor of two, and their intervals stand far from 1.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+BAND = 1.2
+"""A ratio within 1/BAND..BAND claims neither a speedup nor a slowdown."""
+HALVES_FACTOR = 2.0
+WIDTH_FACTOR = 4.0
+CONTENDED_SHARE = 0.5
+MIN_HALF = 3  # rounds in each half before halves are compared
+PRESSURE_PATH = Path("/proc/pressure/cpu")
+
+
+@dataclass(frozen=True)
+class Stability:
+    stable: bool
+    reason: str = ""  # one line; empty when stable
+
+
+@dataclass(frozen=True)
+class PressureReading:
+    """The kernel's cumulative CPU stall ("some", microseconds) at a moment."""
+
+    stall_us: int
+    at_s: float
+
+
+def read_pressure(now_s: float) -> PressureReading | None:
+    """None where the kernel keeps no pressure account (not Linux, or PSI off)."""
+    try:
+        first = PRESSURE_PATH.read_text().splitlines()[0]
+        return PressureReading(int(first.split("total=")[1].split()[0]), now_s)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def stall_share(start: PressureReading | None, end: PressureReading | None) -> float | None:
+    """The share of the span between two readings during which some task waited for a CPU."""
+    if start is None or end is None or end.at_s <= start.at_s:
+        return None
+    share = (end.stall_us - start.stall_us) / 1e6 / (end.at_s - start.at_s)
+    return min(max(share, 0.0), 1.0)
+
+
+def paired_ratios(reference: list[float], candidate: list[float]) -> list[float]:
+    """Per round: the reference's time over the candidate's, from the same ABBA round."""
+    return [r / c for r, c in zip(reference, candidate, strict=False) if r > 0 and c > 0]
+
+
+def halves(ratios: list[float]) -> tuple[float, float] | None:
+    """The median ratio of the first and of the second half of the rounds, in run order."""
+    if len(ratios) < 2 * MIN_HALF:
+        return None
+    middle = len(ratios) // 2
+    return statistics.median(ratios[:middle]), statistics.median(ratios[middle:])
+
+
+def assess(
+    reference: list[float],
+    candidate: list[float],
+    speedup: float,
+    interval: tuple[float, float],
+    contention: float | None = None,
+) -> Stability:
+    """Whether `speedup` (with its 95% `interval`) from these per-round times (run order,
+    paired by round) can be reported as a number; see the module docstring for the rule."""
+    if not (speedup > 0 and math.isfinite(speedup)):
+        return Stability(False, f"the ratio of the medians came out as {speedup}")
+    split = halves(paired_ratios(reference, candidate))
+    if split is not None:
+        first, second = split
+        apart = max(first, second) / min(first, second)
+        straddles = max(first, second) > BAND and min(first, second) <= 1.0
+        if apart > HALVES_FACTOR or straddles:
+            return Stability(
+                False,
+                f"{_busy(contention)}the two halves of the run measured {first:.2f}x "
+                f"and {second:.2f}x",
+            )
+    low, high = interval
+    if not (low > 0 and math.isfinite(high)):
+        return Stability(False, f"the 95% interval {low:.2f}-{high:.2f}x is not a range")
+    if high / low > WIDTH_FACTOR:
+        return Stability(
+            False, f"{_busy(contention)}the 95% interval {low:.2f}-{high:.2f}x is too wide"
+        )
+    contended = contention is not None and contention >= CONTENDED_SHARE
+    clear = BAND if contended else 1.0
+    faster, slower = speedup > BAND, speedup < 1 / BAND
+    if (faster and low <= clear) or (slower and high >= 1 / clear):
+        target = clear if faster else 1 / clear
+        return Stability(
+            False,
+            f"{_busy(contention)}measured {speedup:.2f}x but its 95% interval "
+            f"{low:.2f}-{high:.2f}x does not clear {target:.2f}x",
+        )
+    return Stability(True)
+
+
+def _busy(contention: float | None) -> str:
+    if contention is None or contention < CONTENDED_SHARE:
+        return ""
+    return f"the machine was busy (a task waited for a CPU {contention:.0%} of the time): "
