@@ -5,16 +5,18 @@ to draw inputs from the same seed and run; it receives both outputs (and the ref
 float64 anchor) as data and compares them itself, so no verdict depends on anything the
 candidate can reach. The protocol keeps what the single-process reviewer checked and that
 still means something: fresh inputs per trial, two candidate calls per trial on poisoned
-memory (caching and unwritten outputs fail), unchanged inputs, no processes or busy threads
-left behind (read from outside), no global state changed, and a reload of new weights
-(folded-at-init candidates go stale and fail). Timing is agents/verify/clock.py's.
+memory (caching and unwritten outputs fail), unchanged inputs (compared by the parent on the
+arguments' bytes: agents/verify/arguments.py), no processes or busy threads left behind (read
+from outside), no global state changed, and a reload of new weights (folded-at-init candidates
+go stale and fail). Every trial, reload trial and perturbation has its own seed from the
+system's randomness, sent only with the request that uses it: no seed a worker has seen tells
+it another. `JudgeRequest.seed` seeds only the init (init arguments and Model's weights), so
+a user can reproduce the model. Timing is agents/verify/clock.py's.
 """
 
 from __future__ import annotations
 
-import math
 import random
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +26,11 @@ from agents.sandbox import inspect
 from agents.sandbox.peer import Peer, WorkerError, WorkerFailed, WorkerGone, WorkerTimeout
 from agents.sandbox.wire import Frame
 from agents.task import SourceFile
-from agents.verify import compare, devflush, values
+from agents.verify import compare, devflush, proof, values
+from agents.verify.arguments import changed_arguments
 from agents.verify.clock import ClockConfig, OutsideClock, TimingRefused
+from agents.verify.openings import Opening
+from agents.verify.outputs import Anchor, check_structure, judge_leaf, mismatch_reason
 from agents.verify.side import flatten
 from agents.verify.verdict import ReviewFindings, Verdict
 
@@ -33,7 +38,8 @@ TRUSTED_CAP = 1 << 40
 """The reference's worker never runs candidate code: its replies are capped only by sanity."""
 SLACK_BYTES = 1 << 20
 TIMED_FLOOR_S = 10.0
-FINGERPRINT_SIGMAS = 6.0
+SEED_LIMIT = 2**31 - 10_000
+"""A drawn seed stays below this: each side adds small offsets to it (the call seed)."""
 
 
 class Refusal(Exception):
@@ -56,7 +62,7 @@ class JudgeRequest:
     device: str = "cpu"
     size: str = "default"
     trials: int = 5
-    seed: int = 42
+    seed: int = 42  # the init's only (Model's weights, init arguments): never a trial's
     reload_trials: int = 2
     measure: bool = True
     clock: ClockConfig = field(default_factory=ClockConfig)
@@ -94,7 +100,7 @@ class Judge:
         self.report = ReviewFindings(verdict=Verdict.CORRECT)
         self.comparisons: list[compare.OutputComparison] = []
         self.anchored = False  # the first trial fetches the float64 anchor for the report
-        self.rng = random.Random(secrets.randbits(64))
+        self.rng = random.SystemRandom()  # no state a worker could learn from what it sees
         self.flush_alone_ms: float | None = None
         self.slowest_call_s = 0.0  # the candidate's slowest verified call, with its overheads
 
@@ -121,7 +127,7 @@ class Judge:
         self.affinity = inspect.affinity(self.worker)
         self.phase("run")
         for trial in range(request.trials):
-            self._trial(request.seed + 1 + trial, f"trial {trial + 1}")
+            self._trial(self._fresh_seed(), f"trial {trial + 1}")
             self.report.trials = trial + 1
         self._reload_check()
         self._check_state("after the trials")
@@ -227,17 +233,23 @@ class Judge:
 
     # -- trials -------------------------------------------------------------------------------
 
+    def _fresh_seed(self) -> int:
+        return self.rng.randrange(1, SEED_LIMIT)
+
     def _trial(self, seed: int, label: str) -> None:
         self._ref("prepare", seed=seed)
         self._ref("run", clone=True)
-        reference = self._fetch_reference()
-        ref_args = self._ref("args", seed=seed).header.get("checksum")
+        reference = self._fetch_reference(args=True)
         gold = Anchor(self._anchor, eager=not self.anchored, sample_seed=self.rng.randrange(2**62))
         self.anchored = True
         self._cand("prepare", self.request.run_timeout_s, seed=seed)
         # Two calls on the same inputs, the first output held across the second (as a
         # caller would hold it): caching, first-call behaviour and outputs that alias memory
-        # the next call overwrites all show up.
+        # the next call overwrites all show up. The second call's arguments come back with its
+        # output, as bytes the parent compares; the first call's too, half the time, decided
+        # after it returned: an in-place kernel writes on every call, and one that writes only
+        # while unwatched cannot know beforehand which calls are.
+        last: values.Unpacked | None = None
         for call in range(2):
             began = time.monotonic()
             reply = self._cand(
@@ -246,27 +258,31 @@ class Judge:
             self.slowest_call_s = max(self.slowest_call_s, time.monotonic() - began)
             self._refuse_changes(reply, f"{label}, during a call")
             self._refuse_leftovers(threads_too=call == 1)
-            args = self._cand("args", self.request.run_timeout_s, seed=seed)
-            if not _same_checksums(args.header.get("checksum"), ref_args):
-                raise Refusal(
-                    Verdict.REJECTED,
-                    f"{label}: candidate changed its inputs (the reference leaves them as "
-                    "they were)",
-                )
+            if call == 1 or self.rng.random() < 0.5:
+                last = self._fetch_candidate(args=True)
+                changed = changed_arguments(last, reference)
+                if changed:
+                    raise Refusal(
+                        Verdict.REJECTED, f"{label}, candidate call {call + 1}: {changed}"
+                    )
         passed: list[tuple[Any, compare.OutputComparison]] | None = None
         for when in ("before", "after"):
-            output = self._fetch_candidate(previous=when == "before")
+            output = last if when == "after" else self._fetch_candidate(previous=True)
             passed = self._compare(label, when, output, reference, gold, passed)
 
-    def _fetch_reference(self) -> values.Unpacked:
-        frame = self._ref("fetch")
+    def _fetch_reference(self, args: bool = False) -> values.Unpacked:
+        frame = self._ref("fetch", args=args)
         unpacked = values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
         self.expected_bytes = len(frame.payload)
         return unpacked
 
-    def _fetch_candidate(self, previous: bool = False) -> values.Unpacked:
+    def _fetch_candidate(self, previous: bool = False, args: bool = False) -> values.Unpacked:
+        """The output (with `args`, the arguments too) as data; the cap is the reference's
+        last fetch, which carried its arguments when this one does."""
         cap = self.expected_bytes + SLACK_BYTES
-        frame = self._cand("fetch", self.request.run_timeout_s, payload_cap=cap, previous=previous)
+        frame = self._cand(
+            "fetch", self.request.run_timeout_s, payload_cap=cap, previous=previous, args=args
+        )
         try:
             return values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
         except values.ValueRefused as error:
@@ -290,7 +306,7 @@ class Judge:
             raise Refusal(Verdict.INCORRECT, f"{label}: its output came back malformed")
         leaves = flatten(output.value["out"])
         try:
-            _check_structure(leaves, output, expected, reference)
+            check_structure(leaves, output, expected, reference)
         except compare.OutputMismatch as mismatch:
             raise Refusal(Verdict.INCORRECT, f"{label}: {mismatch}") from None
         results = []
@@ -303,7 +319,7 @@ class Judge:
             result = judge_leaf(cand, ref, gold, index, len(expected))
             self.comparisons.append(result)
             if not result.ok:
-                raise Refusal(Verdict.INCORRECT, _mismatch_reason(label, when, index, result))
+                raise Refusal(Verdict.INCORRECT, mismatch_reason(label, when, index, result))
             results.append((cand, result))
         return results
 
@@ -311,10 +327,13 @@ class Judge:
 
     def _reload_check(self) -> None:
         """Load one new random state into both and verify again: catches stale folding."""
-        if not self.report.state_dict_compatible:
-            self.report.reload_check = "skipped: ModelNew does not accept Model's state_dict"
+        if not self.report.state_dict_compatible and not self._accepts_state_dict():
+            self.report.reload_check = (
+                "skipped: ModelNew refused Model's state_dict, so weights folded at __init__ "
+                "went unchecked (--require-state-dict refuses such a candidate)"
+            )
             return
-        frame = self._ref("perturb", seed=self.request.seed + 1000)
+        frame = self._ref("perturb", seed=self._fresh_seed())
         self._cand(
             "load_state",
             self.request.run_timeout_s,
@@ -325,7 +344,7 @@ class Judge:
         )
         for trial in range(self.request.reload_trials):
             try:
-                self._trial(self.request.seed + 2000 + trial, f"after reload, trial {trial + 1}")
+                self._trial(self._fresh_seed(), f"after reload, trial {trial + 1}")
             except Refusal as refusal:
                 if refusal.verdict is Verdict.INCORRECT:
                     self.report.reload_check = "failed"
@@ -336,6 +355,30 @@ class Judge:
                     ) from None
                 raise
         self.report.reload_check = "passed"
+
+    def _accepts_state_dict(self) -> bool:
+        """The candidate's worker said ModelNew's state_dict differs from Model's (a claim that
+        would skip the reload check): the parent tries it. Model's own state, which ModelNew
+        already holds wherever names and shapes agree, is loaded: a refusal changes nothing,
+        an acceptance (a load hook that maps Model's names) makes the reload check run."""
+        state = values.unpack(
+            self.shared_frame.header.get("tree"),
+            self.shared_frame.header.get("specs"),
+            self.shared_frame.payload,
+        ).value["state"]
+        tree, specs, payload = values.pack(state)
+        try:
+            self.cand.request(
+                "load_state", self.request.run_timeout_s, payload=payload, tree=tree, specs=specs
+            )
+        except WorkerFailed as error:
+            if error.worker != self.ref.label and error.kind == "runtime":
+                return False
+            raise self._refusal(error, "loading Model's state_dict", "load_state") from None
+        except WorkerError as error:
+            raise self._refusal(error, "loading Model's state_dict", "load_state") from None
+        self.report.state_dict_compatible = True
+        return True
 
     def _check_state(self, when: str) -> None:
         reply = self._cand("changes", self.request.run_timeout_s)
@@ -372,7 +415,7 @@ class Judge:
                 self.request.clock,
                 self._timed_deadline(),
                 full_check=self._full_check,
-                compare_checksums=_checksum_mismatch,
+                compare_checksums=proof.checksum_mismatch,
                 flush_alone_ms=self.flush_alone_ms,
             )
             try:
@@ -396,20 +439,43 @@ class Judge:
         report.timing_method = result.method
         report.timing_notes = result.notes
         report.suspicious = result.suspicious
+        report.timing_stable, report.timing_unstable_reason = result.stable, result.unstable_reason
 
     def _timed_deadline(self) -> float:
         """A timed call may take many times its slowest verified call, within the run limit:
         a candidate that hangs once timing starts releases the device in seconds."""
         return min(self.request.run_timeout_s, max(TIMED_FLOOR_S, 20 * self.slowest_call_s))
 
-    def _full_check(self, label: str) -> None:
+    def _full_check(self, label: str, opening: Opening | None = None) -> None:
+        """An opened call: its output compared in full as a trial's is, then the commitment
+        the candidate claimed for it recomputed from those bytes by the reference's process
+        (agents/verify/proof.py): a claim that is not its output's is a forged reply."""
         reference = self._fetch_reference()
         gold = Anchor(self._anchor, eager=False)
-        output = self._fetch_candidate()
+        cap = self.expected_bytes + SLACK_BYTES
+        frame = self._cand("fetch", self.request.run_timeout_s, payload_cap=cap)
+        fields = {"tree": frame.header.get("tree"), "specs": frame.header.get("specs")}
         try:
+            output = values.unpack(fields["tree"], fields["specs"], frame.payload)
             self._compare(label, None, output, reference, gold)
+        except values.ValueRefused as error:
+            raise TimingRefused(f"its output cannot be read: {error}", incorrect=True) from None
         except Refusal as refusal:
             raise TimingRefused(refusal.reason, incorrect=True) from None
+        if opening is None:
+            return
+        recomputed = self._ref(
+            "recommit",
+            payload=frame.payload,
+            seed=opening.key,
+            calls=opening.calls,
+            call=opening.call,
+            scales=list(opening.scales),
+            **fields,
+        ).header.get("checksum")
+        problem = proof.claim_mismatch(opening, recomputed, label)
+        if problem:
+            raise TimingRefused(problem)
 
     # -- summary -----------------------------------------------------------------------------------
 
@@ -425,164 +491,6 @@ class Judge:
         ref = [r.reference_error for r in results if r.reference_error is not None]
         report.candidate_error = max(cand) if cand else None
         report.reference_error = max(ref) if ref else None
-
-
-def judge_leaf(cand: Any, ref: Any, gold: Anchor, index: int, count: int):
-    """One output leaf's comparison: the strict rule on every element, with the anchor's
-    sampled figures when it has them; on a miss, the float64 band is the second chance, on
-    the whole anchor (only then computed and sent: twice the output's bytes)."""
-    result = compare.compare_output(cand, ref, *gold.leaf(index, count))
-    if not result.ok and not gold.full:
-        result = compare.compare_output(cand, ref, *gold.leaf(index, count, full=True))
-    return result
-
-
-class Anchor:
-    """The reference's float64 outputs for one set of inputs. When `eager` (the first trial,
-    so the report carries the float64 figures) it is fetched at once, at a sample of each
-    large output's elements; in full only when an output misses the strict rule and needs
-    the band, the only use in which the anchor can pass anything."""
-
-    def __init__(
-        self,
-        fetch: Callable[[int | None], tuple[values.Unpacked | None, list]],
-        eager: bool,
-        sample_seed: int | None = None,
-    ) -> None:
-        self._fetch = fetch
-        self.full = False
-        self._seed = sample_seed
-        self._leaves: list[Any] | None = None
-        self._sampled: list = []
-        if eager:
-            self._get(sample_seed)
-
-    def _get(self, sample_seed: int | None) -> None:
-        gold, self._sampled = self._fetch(sample_seed)
-        self._leaves = flatten(gold.value) if gold is not None else None
-        # no float64 kernel (gold None): the strict rule alone applies, nothing to fetch
-        self.full = sample_seed is None or gold is None
-
-    def leaf(self, index: int, count: int, full: bool = False) -> tuple[Any, Any]:
-        """(anchor, sample indices or None) of one output leaf; (None, None) when absent."""
-        if full and not self.full:
-            self._get(None)
-        leaves = self._leaves
-        if leaves is None or len(leaves) != count:
-            return None, None
-        gold = leaves[index]
-        numel = self._sampled[index] if index < len(self._sampled) else None
-        if self.full or numel is None or self._seed is None:
-            return gold, None
-        # the indices the reference sampled, drawn again here from the same seed
-        return gold, compare.sample_indices(int(numel), self._seed + index)
-
-
-def _check_structure(leaves, output: values.Unpacked, expected, reference: values.Unpacked):
-    """Exact count, type, shape, dtype, device and layout; no broadcasting."""
-    if len(leaves) != len(expected):
-        raise compare.OutputMismatch(
-            f"returned {len(leaves)} outputs, the reference {len(expected)}"
-        )
-    for index, (cand, ref) in enumerate(zip(leaves, expected, strict=True)):
-        where = f"output {index}"
-        ref_spec = reference.spec_of(ref)
-        if ref_spec is None:
-            if type(cand) is not type(ref):
-                raise compare.OutputMismatch(
-                    f"{where} is {type(cand).__name__}, expected {type(ref).__name__}"
-                )
-            continue
-        spec = output.spec_of(cand)
-        if spec is None:
-            raise compare.OutputMismatch(f"{where} is {type(cand).__name__}, not a tensor")
-        if spec.kind == "subclass":
-            raise compare.OutputMismatch(
-                f"{where} is not a plain torch.Tensor (subclasses and lazy tensors are refused)"
-            )
-        if spec.kind != "tensor":
-            raise compare.OutputMismatch(f"{where} is not a materialised strided tensor")
-        if spec.shape != ref_spec.shape:
-            raise compare.OutputMismatch(
-                f"{where} has shape {spec.shape}, expected {ref_spec.shape}"
-            )
-        if spec.dtype != ref_spec.dtype:
-            raise compare.OutputMismatch(
-                f"{where} has dtype torch.{spec.dtype}, expected torch.{ref_spec.dtype}"
-            )
-        if spec.device != ref_spec.device:
-            raise compare.OutputMismatch(f"{where} is on {spec.device}, expected {ref_spec.device}")
-
-
-def _mismatch_reason(label: str, when: str | None, index: int, result) -> str:
-    run = f"{label}, candidate call {'1' if when == 'before' else '2'}" if when else label
-    run += f", output {index}"
-    if result.nonfinite:
-        return f"{run}: NaN or Inf where the reference is finite"
-    detail = f"max |diff| {result.max_abs_diff:.3g} fails allclose"
-    if result.error_ratio is not None:
-        detail += (
-            f", and its error against float64 is {result.error_ratio:.3g}x the allowed "
-            f"band ({compare.ERROR_FACTOR:g}x the fp32 reference's own error)"
-        )
-    return f"{run}: {detail}"
-
-
-def _same_checksums(cand: Any, ref: Any) -> bool:
-    """The arguments after the candidate's call are the reference's after its call: equal
-    checksums (to rounding of the sum itself), leaf by leaf."""
-    if not isinstance(cand, list) or not isinstance(ref, list) or len(cand) != len(ref):
-        return False
-    for mine, theirs in zip(cand, ref, strict=True):
-        if not isinstance(mine, dict) or mine.get("kind") != theirs.get("kind"):
-            return False
-        if mine.get("numel") != theirs.get("numel") or mine.get("scalar") != theirs.get("scalar"):
-            return False
-        a, b = mine.get("sum"), theirs.get("sum")
-        if isinstance(b, float) and isinstance(a, float | int):
-            if not (abs(a - b) <= 1e-9 * (1.0 + abs(b)) or (math.isnan(a) and math.isnan(b))):
-                return False
-        elif a != b:
-            return False
-    return True
-
-
-def _checksum_mismatch(ref: Frame, band: Frame, cand: Frame, label: str) -> str | None:
-    """Why a timed output cannot be the reference's output for the same inputs, or None.
-
-    Floating outputs: the checksums' difference must stay within FINGERPRINT_SIGMAS standard
-    deviations of what allclose's full allowance on every element would give (a wrong or
-    unfinished output misses by orders of magnitude). Integers: exact."""
-    mine = cand.header.get("checksum")
-    theirs = ref.header.get("checksum") or []
-    bands = band.header.get("band") or []
-    if not isinstance(mine, list) or len(mine) != len(theirs):
-        return f"{label}: its output has another structure than during verification"
-    for index, (c, r) in enumerate(zip(mine, theirs, strict=True)):
-        if not isinstance(c, dict) or c.get("kind") != r.get("kind"):
-            return f"{label}: output {index} is of another kind than the reference's"
-        if "scalar" in r:
-            if c.get("scalar") != r["scalar"]:
-                return f"{label}: output {index} differs from the reference's"
-            continue
-        c_sum, r_sum = c.get("sum"), r.get("sum")
-        if c.get("numel") != r.get("numel") or not isinstance(c_sum, int | float):
-            return f"{label}: output {index} differs from the reference's in size"
-        sigma = bands[index] if index < len(bands) else None
-        if sigma is None:
-            if c_sum != r_sum:
-                return f"{label}: output {index} differs from the reference's"
-            continue
-        if math.isnan(r_sum) and math.isnan(c_sum):
-            continue
-        allowed = FINGERPRINT_SIGMAS * sigma + 1e-6 * abs(r_sum)
-        if not abs(c_sum - r_sum) <= allowed:
-            return (
-                f"{label}: output {index} differs from the reference's: a random projection "
-                f"of it is off by {abs(c_sum - r_sum):.3g} where {FINGERPRINT_SIGMAS:g} "
-                f"standard deviations of allclose's allowance are {allowed:.3g}"
-            )
-    return None
 
 
 def _last_line(text: str) -> str:
