@@ -414,7 +414,11 @@ def _describe(jail, general, loader, cap, watched_cap, limits, address_space, cg
     if jail is not None:
         parts = [jail.describe()]
     else:
-        parts = ["no jail (--no-jail): own session, scrubbed environment"]
+        parts = [
+            "no jail (--no-jail): own session, scrubbed environment, the host's files writable "
+            "(TMPDIR is its scratch, removed after; what it writes elsewhere, /tmp and /dev/shm "
+            "included, is not swept)"
+        ]
         if loader is not None and loader.kill_filter_supported:
             parts.append("kill filter (signals to itself and its group only)")
     if general is not None:
@@ -423,7 +427,10 @@ def _describe(jail, general, loader, cap, watched_cap, limits, address_space, cg
         parts.append(f"NO seccomp filter ({seccomp.unavailable_reason()})")
     how = "watched" if watched_cap is not None else "RLIMIT_NPROC"
     parts.append(f"{cap} tasks ({how})")
-    parts.append(f"{limits.tmpfs_bytes >> 20} MiB scratch, {limits.cache_bytes >> 20} MiB cache")
+    parts.append(
+        f"{limits.tmpfs_bytes >> 20} MiB scratch, {limits.cache_bytes >> 20} MiB cache, "
+        f"{limits.cache_files:,} files each"
+    )
     if address_space is not None:
         parts.append(f"{address_space / 1024**3:.0f} GiB address space")
     parts.append(cgroup)
