@@ -24,7 +24,7 @@ from agents.verify.verdict import Verdict
 from tests.conftest import ADVERSARIAL, FAST, ROOT, requires_jail, run_eval
 
 CHEATS = sorted(ADVERSARIAL.glob("*.py"))
-FIELDS = ("problem", "static", "runtime", "expect", "limits")
+FIELDS = ("problem", "static", "runtime", "expect", "limits", "options")
 
 
 def header(path: Path) -> dict[str, str]:
@@ -44,6 +44,12 @@ def limits(spec: dict[str, str]):
     if "cache" in values:
         changes["cache_bytes"] = int(values["cache"].rstrip("M")) * 1024**2
     return replace(FAST.limits, **changes)
+
+
+def timings(spec: dict[str, str]) -> list[bool]:
+    """With timing, and also without it when the header says `options: no-timing` (a cheat
+    that only the timed runs' fresh inputs would catch must be refused by the trials alone)."""
+    return [True, False] if "no-timing" in spec.get("options", "").split() else [True]
 
 
 def test_the_suite_covers_every_known_hack():
@@ -83,6 +89,9 @@ def test_the_suite_covers_every_known_hack():
         "hang_in_init",
         "hang_in_timing",
         "jail_escape",
+        # issue 32: the accused computes no evidence; no seed can be predicted
+        "forged_argument_checksum",
+        "trial_seed_prediction",
     ):
         assert hack in names
 
@@ -99,12 +108,13 @@ def test_cheat_is_refused(cheat: Path):
     """With every check on: refused (a trick no static rule names and that buys nothing is
     instead measured at its true speed, below)."""
     spec = header(cheat)
-    result = run_eval(spec["problem"], cheat, limits=limits(spec))
-    assert result.verdict is not Verdict.CORRECT, result.reasons
-    assert result.reasons
-    if spec["static"] != "none":
-        assert result.verdict is Verdict.REJECTED
-        assert spec["static"] in {f["rule"] for f in result.static_findings}, result.reasons
+    for measure in timings(spec):
+        result = run_eval(spec["problem"], cheat, limits=limits(spec), measure=measure)
+        assert result.verdict is not Verdict.CORRECT, (measure, result.reasons)
+        assert result.reasons
+        if spec["static"] != "none":
+            assert result.verdict is Verdict.REJECTED
+            assert spec["static"] in {f["rule"] for f in result.static_findings}, result.reasons
 
 
 RUNTIME_CHEATS = [path for path in CHEATS if header(path)["runtime"] != "correct"]
@@ -113,12 +123,15 @@ RUNTIME_CHEATS = [path for path in CHEATS if header(path)["runtime"] != "correct
 @pytest.mark.parametrize("cheat", RUNTIME_CHEATS, ids=lambda p: p.stem)
 def test_runtime_checks_alone_refuse_cheat(cheat: Path):
     spec = header(cheat)
-    result = run_eval(spec["problem"], cheat, static_check=False, limits=limits(spec))
-    assert result.verdict is not Verdict.CORRECT, result.reasons
-    if spec["runtime"] != "not-correct":
-        assert result.verdict.value == spec["runtime"], result.reasons
-    text = " ".join(result.reasons)
-    assert "\x1b" not in text and "\x07" not in text  # whatever it printed, no escapes
+    for measure in timings(spec):
+        result = run_eval(
+            spec["problem"], cheat, static_check=False, limits=limits(spec), measure=measure
+        )
+        assert result.verdict is not Verdict.CORRECT, (measure, result.reasons)
+        if spec["runtime"] != "not-correct":
+            assert result.verdict.value == spec["runtime"], (measure, result.reasons)
+        text = " ".join(result.reasons)
+        assert "\x1b" not in text and "\x07" not in text  # whatever it printed, no escapes
 
 
 TRUE_SPEED = [path for path in CHEATS if header(path).get("expect") == "true-speed"]
