@@ -1,108 +1,40 @@
-"""Checksums that prove an output complete: weighted sums under weights the worker learns only
-with the request that asks for them (agents/verify/clock.py times requests that end in them).
+"""Checksums that prove an output complete: per leaf, a commitment (agents/verify/commitment.py)
+under a key the worker learns only with the request that asks for it (agents/verify/clock.py
+times requests that end in them).
 
-Why weights from the request: a sum under weights known in advance could be computed from a
-partial or precomputed output; drawn from a seed that arrives with the request, each needs
-the whole output, so a reply cannot come before every output it covers exists. Both sides
-draw the same weights, so the parent compares the candidate's sums with the reference's,
-within a band (`checksum_band`, `call_bands`) of what allclose's allowance on every element
-would move them.
+Why a key from the request: a checksum computable before the request could come from a
+partial or precomputed output; keyed by the request, each needs the whole output, so a reply
+cannot come before every output it covers exists. Why a nonlinear commitment: a linear one
+factors through the inputs of a linear last step (see commitment.py), so it could be computed
+without the output. Both sides draw the same keys, so the parent compares the candidate's
+commitments with the reference's, within a band (`call_bands`) of what allclose's allowance
+on every element would move them; and the reference's process recomputes the commitment of
+any call's bytes the parent fetched (`recommit`), binding a claim to an output.
+
+Entries come in `flatten(outputs)` order, call by call; a leaf position's keys depend on the
+request's key, the position within one call's output, the request's call count K and the
+call's index, never on how the work was split, so one call alone commits as within its K.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from agents.verify import values
+from agents.verify import commitment, values
 from agents.verify.compare import STRICT_TOLERANCE
 from agents.verify.side import flatten
 
-CHECKSUM_WIDTH = 4096
-STACK_LIMIT = 1 << 16
-"""A leaf of at most this many elements is summed for all K calls of a timed request at once
-(one product): summed one by one, K small outputs cost K rounds of the dispatcher, which
-would swamp the calls being timed."""
-_STACK_SALT = 104_729  # stacked weights never share a seed with a per-leaf sum's
-
-Pending = list[tuple[list[dict[str, Any]], torch.Tensor]]
+RMS_TOLERANCE_CAP = 0.05
+"""A scale is at most this over allclose's tolerance: s times the allowance's absolute part
+stays under 4 x 0.05 radians, so the band's linearisation holds even for a tiny output."""
 
 
 def _flat_real(leaf: torch.Tensor) -> torch.Tensor:
     flat = leaf.detach().reshape(-1)
     return torch.view_as_real(flat).reshape(-1) if flat.is_complex() else flat
-
-
-def checksum(value: Any, seed: int) -> list[Any]:
-    """Per leaf, one number that needs the whole output: a weighted sum whose weights are
-    drawn from `seed`, which the worker learns only with the request that makes it compute.
-    The weights are an outer product (one random vector along rows of CHECKSUM_WIDTH, one
-    across them), so the sum costs one read of the output. Integers and booleans are summed
-    exactly; a scalar leaf is sent as it is."""
-    pending: Pending = []
-    sums = [_leaf_entry(leaf, seed + 7919 * i, pending) for i, leaf in enumerate(flatten(value))]
-    _read_sums(pending)
-    return sums
-
-
-def call_checksums(outputs: list[Any], seed: int) -> list[Any]:
-    """`checksum` of a timed request's K outputs: one entry per leaf of each call, in
-    `flatten(outputs)` order. A leaf position whose K leaves are small tensors alike is summed
-    for all calls at once, each call's leaf under the same weights (drawn for that position):
-    a call that replays another's output still misses, since their inputs differ."""
-    return _call_sums(outputs, seed, band=False)
-
-
-def call_bands(outputs: list[Any], seed: int) -> list[float | None]:
-    """`checksum_band` under the weights `call_checksums` uses, entry for entry."""
-    return _call_sums(outputs, seed, band=True)
-
-
-def _call_sums(outputs: list[Any], seed: int, band: bool) -> list[Any]:
-    per_call = [flatten(output) for output in outputs]
-    width = len(per_call[0]) if per_call else 0
-    if any(len(leaves) != width for leaves in per_call):  # structures differ: leaf by leaf
-        return checksum_band(outputs, seed) if band else checksum(outputs, seed)
-    entries: list[Any] = [None] * (len(outputs) * width)
-    pending: Pending = []
-    for position in range(width):
-        column = [leaves[position] for leaves in per_call]
-        if _stackable(column):
-            stacked = torch.stack([_flat_real(leaf) for leaf in column])
-            position_seed = seed + 7919 * position + _STACK_SALT
-            if band:
-                sigmas = _stacked_band(stacked, column[0].dtype, position_seed)
-                for call, sigma in enumerate(sigmas):
-                    entries[call * width + position] = sigma
-                continue
-            kind = {"kind": "tensor", "numel": stacked.shape[1], "dtype": str(column[0].dtype)}
-            made = [dict(kind) for _ in column]
-            for call, entry in enumerate(made):
-                entries[call * width + position] = entry
-            pending.append((made, _stacked_sums(stacked, position_seed)))
-            continue
-        for call, leaf in enumerate(column):
-            index = call * width + position
-            leaf_seed = seed + 7919 * index
-            entries[index] = (
-                _leaf_band(leaf, leaf_seed) if band else _leaf_entry(leaf, leaf_seed, pending)
-            )
-    _read_sums(pending)
-    return entries
-
-
-def _stackable(column: list[Any]) -> bool:
-    first = column[0]
-    if not _plain(first) or first.numel() > STACK_LIMIT:
-        return False
-    return all(
-        _plain(leaf)
-        and leaf.dtype == first.dtype
-        and leaf.numel() == first.numel()
-        and leaf.device == first.device
-        for leaf in column
-    )
 
 
 def _plain(leaf: Any) -> bool:
@@ -113,102 +45,114 @@ def _plain(leaf: Any) -> bool:
     )
 
 
-def _stacked_sums(stacked: torch.Tensor, seed: int) -> torch.Tensor:
-    """Per row (call) of K x n: the sum of its elements under one weight vector of n."""
-    generator = torch.Generator(device=stacked.device).manual_seed(seed)
-    n = stacked.shape[1]
-    if not stacked.is_floating_point():
-        weights = torch.randint(-1000, 1000, (n,), generator=generator, device=stacked.device)
-        return (stacked.to(torch.int64) * weights).sum(dim=1)
-    work = torch.float64 if stacked.dtype == torch.float64 else torch.float32
-    weights = torch.randn(n, generator=generator, device=stacked.device, dtype=work)
-    return (stacked.to(work) @ weights).to(torch.float64)
+def _scale(scales: list[float] | None, position: int) -> float:
+    if scales and 0 <= position < len(scales):
+        scale = float(scales[position])
+        if math.isfinite(scale) and scale > 0:
+            return scale
+    return 1.0
 
 
-def _stacked_band(stacked: torch.Tensor, dtype: torch.dtype, seed: int) -> list[float | None]:
-    """Per row: the standard deviation of `_stacked_sums` when every element moves by
-    allclose's full allowance with a random sign; None for integers (compared exactly)."""
-    if not (dtype.is_floating_point or dtype.is_complex):
-        return [None] * stacked.shape[0]
-    generator = torch.Generator(device=stacked.device).manual_seed(seed)
-    work = torch.float64 if stacked.dtype == torch.float64 else torch.float32
-    weights = torch.randn(stacked.shape[1], generator=generator, device=stacked.device, dtype=work)
-    allowance = _allowance(stacked, STRICT_TOLERANCE.get(dtype, 1e-4))
-    return (allowance @ weights.to(torch.float64).square()).clamp_min(0.0).sqrt().tolist()
+def checksum(value: Any, seed: int, scales: list[float] | None = None) -> list[Any]:
+    """Per leaf of one value (a request of one call), its entry: a tensor's commitment, a
+    scalar as it is."""
+    return call_checksums([value], seed, scales)
 
 
-def _allowance(flat: torch.Tensor, tolerance: float) -> torch.Tensor:
-    allowance = torch.nan_to_num(flat.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
-    return allowance.abs_().mul_(tolerance).add_(tolerance).square_()
+def call_checksums(outputs: list[Any], seed: int, scales: list[float] | None = None) -> list[Any]:
+    """The entries of a timed request's K outputs, one per leaf of each call. A position whose
+    K leaves are tensors alike is committed in one pass (commitment.commit stacks small ones);
+    every call has keys of its own."""
+    return _entries(outputs, seed, scales, first=0, calls=len(outputs))
 
 
-def _leaf_entry(leaf: Any, leaf_seed: int, pending: Pending) -> dict[str, Any]:
-    """One leaf's entry; a tensor's sum is left in `pending` for `_read_sums`."""
-    if not isinstance(leaf, torch.Tensor):
-        return {"scalar": values.pack(leaf)[0]}
-    if type(leaf) is not torch.Tensor and type(leaf) is not torch.nn.Parameter:
-        return {"kind": "subclass"}
-    if leaf.is_meta or leaf.layout != torch.strided:
-        return {"kind": "not strided"}
-    flat = _flat_real(leaf)
-    entry: dict[str, Any] = {"kind": "tensor", "numel": flat.numel(), "dtype": str(leaf.dtype)}
-    if flat.is_floating_point():
-        pending.append(([entry], _weighted_float(flat, leaf_seed, square=False).reshape(1)))
-    else:
-        pending.append(([entry], _weighted_int(flat, leaf_seed).reshape(1)))
-    return entry
+def recommit(output: Any, seed: int, scales: list[float] | None, calls: int, call: int) -> list:
+    """The entries call `call` of a request of `calls` would have had for this output: the
+    reference's process recomputes a claim from the bytes the parent fetched (an opening)."""
+    return _entries([output], seed, scales, first=call, calls=calls)
 
 
-def _read_sums(pending: Pending) -> None:
-    """Every sum to a Python number in one transfer per device and dtype: a timed request's
-    K outputs cost the GPU one wait, not one per output."""
-    groups: dict[tuple[str, torch.dtype], Pending] = {}
-    for entries, totals in pending:
-        groups.setdefault((str(totals.device), totals.dtype), []).append((entries, totals))
-    for items in groups.values():
-        numbers = torch.cat([totals for _, totals in items]).tolist()
-        flat_entries = [entry for entries, _ in items for entry in entries]
-        for entry, number in zip(flat_entries, numbers, strict=True):
-            entry["sum"] = number
+def _entries(
+    outputs: list[Any], seed: int, scales, first: int, calls: int, band: bool = False
+) -> list[Any]:
+    per_call = [flatten(output) for output in outputs]
+    width = len(per_call[0]) if per_call else 0
+    if any(len(leaves) != width for leaves in per_call):  # structures differ: one long row
+        per_call, first, calls = [[leaf for leaves in per_call for leaf in leaves]], 0, 1
+        width = len(per_call[0])
+    entries: list[Any] = [None] * (len(per_call) * width)
+    for position in range(width):
+        column = [leaves[position] for leaves in per_call]
+        scale = _scale(scales, position)
+        for index, entry in _column(column, seed, position, calls, first, scale, band):
+            entries[index * width + position] = entry
+    return entries
 
 
-def _weighted_float(flat: torch.Tensor, seed: int, square: bool) -> torch.Tensor:
-    """sum_ij v_i w_j x_ij over the output viewed as rows of CHECKSUM_WIDTH (plus a tail
-    weighted by t); with `square`, the same with v^2, w^2 and t^2 (for the band). One
-    generator draws w, then v, then t, so both sides draw the same numbers."""
-    width = CHECKSUM_WIDTH
-    rows = flat.numel() // width
-    work = torch.float64 if flat.dtype == torch.float64 else torch.float32
-    generator = torch.Generator(device=flat.device).manual_seed(seed)
-    w = torch.randn(width if rows else 0, generator=generator, device=flat.device, dtype=work)
-    v = torch.randn(rows, generator=generator, device=flat.device, dtype=torch.float64)
-    tail = flat[rows * width :].to(torch.float64)
-    t = torch.randn(tail.numel(), generator=generator, device=flat.device, dtype=torch.float64)
-    if square:
-        w, v, t = w * w, v * v, t * t
-    total = torch.dot(tail, t)
-    if rows:
-        partial = flat[: rows * width].view(rows, width).to(work) @ w
-        total = total + torch.dot(partial.to(torch.float64), v)
-    return total
+def _column(column: list[Any], seed, position, calls, first, scale, band):
+    """(call index within `column`, entry or band) for every leaf of one position."""
+    groups: dict[tuple, list[int]] = {}
+    for index, leaf in enumerate(column):
+        if not isinstance(leaf, torch.Tensor):
+            yield index, None if band else {"scalar": values.pack(leaf)[0]}
+        elif not _plain(leaf):
+            subclass = type(leaf) is not torch.Tensor and type(leaf) is not torch.nn.Parameter
+            yield index, None if band else {"kind": "subclass" if subclass else "not strided"}
+        elif band and not (leaf.is_floating_point() or leaf.is_complex()):
+            yield index, None  # integers and booleans: compared exactly
+        else:
+            groups.setdefault((leaf.dtype, leaf.numel(), str(leaf.device)), []).append(index)
+    for (dtype, _, _), members in groups.items():
+        # runs of consecutive calls: a block's keys are those of calls first+i, first+i+1, ...
+        for run in _runs(members):
+            rows = [_flat_real(column[index]) for index in run]
+            start = first + run[0]
+            if band:
+                real = column[run[0]].real.dtype if dtype.is_complex else dtype
+                tolerance = STRICT_TOLERANCE.get(real, 1e-4)
+                sigmas = commitment.band(rows, seed, position, calls, start, scale, tolerance)
+                yield from zip(run, sigmas.tolist(), strict=True)
+                continue
+            sums = commitment.commit(rows, seed, position, calls, start, scale).tolist()
+            kind = {"kind": "tensor", "numel": rows[0].numel(), "dtype": str(dtype)}
+            for index, number in zip(run, sums, strict=True):
+                yield index, {**kind, "sum": number}
 
 
-def _weighted_int(flat: torch.Tensor, seed: int) -> torch.Tensor:
-    generator = torch.Generator(device=flat.device).manual_seed(seed)
-    weights = torch.randint(-1000, 1000, (flat.numel(),), generator=generator, device=flat.device)
-    return (flat.to(torch.int64) * weights).sum()
+def _runs(members: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for index in members:
+        if runs and runs[-1][-1] == index - 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return runs
 
 
-def checksum_band(value: Any, seed: int) -> list[float | None]:
-    """Per leaf (the reference's side): the standard deviation of checksum(candidate) -
-    checksum(reference) when every element differs by allclose's full allowance
-    tol * (1 + |ref|) with a random sign: the yardstick for a timed output's checksum."""
-    return [_leaf_band(leaf, seed + 7919 * index) for index, leaf in enumerate(flatten(value))]
+def call_bands(outputs: list[Any], seed: int, scales: list[float] | None = None) -> list:
+    """Per entry of `call_checksums` (the reference's side): the standard deviation of the
+    commitment's change when every element differs by allclose's full allowance with a
+    random sign; None for what is compared exactly (integers, booleans, scalars)."""
+    return _entries(outputs, seed, scales, first=0, calls=len(outputs), band=True)
 
 
-def _leaf_band(leaf: Any, leaf_seed: int) -> float | None:
-    if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex()):
-        allowance = _allowance(_flat_real(leaf), STRICT_TOLERANCE.get(leaf.dtype, 1e-4))
-        variance = _weighted_float(allowance, leaf_seed, square=True)
-        return float(variance.clamp_min(0.0).sqrt())
-    return None
+def checksum_band(value: Any, seed: int, scales: list[float] | None = None) -> list:
+    """`call_bands` of one value (a request of one call)."""
+    return call_bands([value], seed, scales)
+
+
+def commitment_scales(value: Any) -> list[float]:
+    """Per leaf of a reference output: 1 / its RMS over finite elements, so that s_i x_i
+    spans O(1)-O(10) radians, at most RMS_TOLERANCE_CAP / tol; 1.0 for what has none."""
+    scales = []
+    for leaf in flatten(value):
+        scale = 1.0
+        if _plain(leaf) and (leaf.is_floating_point() or leaf.is_complex()) and leaf.numel():
+            flat = _flat_real(leaf).to(torch.float64)
+            finite = flat[torch.isfinite(flat)]
+            rms = float(finite.square().mean().sqrt()) if finite.numel() else 0.0
+            dtype = leaf.real.dtype if leaf.is_complex() else leaf.dtype
+            cap = RMS_TOLERANCE_CAP / STRICT_TOLERANCE.get(dtype, 1e-4)
+            scale = min(1.0 / rms, cap) if rms > 0 and math.isfinite(rms) else 1.0
+        scales.append(scale)
+    return scales

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 from agents.sandbox.peer import Peer
 from agents.sandbox.wire import Frame
-from agents.verify import devflush, stability
+from agents.verify import devflush, hidden_work, stability
 from agents.verify.openings import Opening, Openings
 from agents.verify.stability import read_pressure
 from agents.verify.timing import (
@@ -116,8 +116,10 @@ class _Record:
     ref: list[float] = field(default_factory=list)  # timed requests, seconds
     cand: list[float] = field(default_factory=list)
     overhead: list[float] = field(default_factory=list)  # reference's checksum-only requests
-    ref_prepare: list[float] = field(default_factory=list)
+    ref_prepare: list[float] = field(default_factory=list)  # drawing inputs, wall s a call
     cand_prepare: list[float] = field(default_factory=list)
+    ref_prepare_cpu: list[float | None] = field(default_factory=list)  # the same, CPU s
+    cand_prepare_cpu: list[float | None] = field(default_factory=list)
     flushes: list[float] = field(default_factory=list)  # the parent's L2 flushes, host ms
 
     def net(self, floor: float = 1e-9) -> tuple[list[float], list[float]]:
@@ -370,12 +372,14 @@ class OutsideClock:
                 record.overhead.append(overhead)
                 record.ref.append(elapsed)
                 record.ref_prepare.append(prepare_s / self.calls)
+                record.ref_prepare_cpu.append(_prepare_cpu(self.ref, self.calls))
                 replies["band"] = band
                 if footprint:
                     self.footprint = dict(drawn.header)
             else:
                 record.cand.append(elapsed)
                 record.cand_prepare.append(prepare_s / self.calls)
+                record.cand_prepare_cpu.append(_prepare_cpu(self.cand, self.calls))
         problem = self.compare_checksums(
             replies[self.ref.label], replies["band"], replies[self.cand.label], "a timed run"
         )
@@ -451,33 +455,17 @@ class OutsideClock:
     # -- rules over the whole run -------------------------------------------------------------
 
     def _prepare_excess(self, record: _Record) -> str | None:
-        """Drawing inputs is the same harness work on both sides; a candidate that takes
-        longer there worked on its inputs before its clock started. The test is on the
-        paired differences: their median must stay within a share of the candidate's own
-        time or half the reference's drawing time (two processes drawing the same inputs
-        were seen to differ by up to that much on a busy machine), plus three standard
-        errors; a suspicion is measured again before it is refused."""
-        pairs = [c - r for c, r in zip(record.cand_prepare, record.ref_prepare, strict=True)]
-        if len(pairs) < 3:
-            return None
-        hidden = statistics.median(pairs)
-        spread = statistics.median(abs(p - hidden) for p in pairs) * 1.4826
-        standard_error = 1.2533 * spread / math.sqrt(len(pairs))
+        """Drawing inputs is the same harness work on both sides; a candidate that spends
+        more there worked on its inputs before its clock started: CPU time of each worker's
+        whole tree on the CPU, wall time on CUDA (agents/verify/hidden_work.py). A suspicion
+        is measured again before it is refused."""
         _, cand_times = record.net()
-        allowed = (
-            max(
-                self.config.hidden_share * statistics.median(cand_times),
-                0.5 * statistics.median(record.ref_prepare),
-            )
-            + 3 * standard_error
-            + self.config.hidden_floor_s
-        )
-        if hidden <= allowed:
-            return None
-        return (
-            "the candidate worked before its timed calls: drawing inputs took it "
-            f"{hidden * 1e3:.3f} ms longer than the reference's same work, over "
-            f"{len(pairs)} runs (allowed {allowed * 1e3:.3f} ms)"
+        return hidden_work.excess(
+            hidden_work.DrawingCost(tuple(record.ref_prepare), tuple(record.ref_prepare_cpu)),
+            hidden_work.DrawingCost(tuple(record.cand_prepare), tuple(record.cand_prepare_cpu)),
+            statistics.median(cand_times),
+            self.device,
+            hidden_work.HiddenWorkRule(self.config.hidden_share, 0.5, self.config.hidden_floor_s),
         )
 
     def _check_canary(self, record: _Record) -> None:
@@ -493,3 +481,9 @@ class OutsideClock:
                 f"L2 flush between timed runs took {during:.3f} ms (median of "
                 f"{len(record.flushes)}), alone {self.flush_alone_ms:.3f} ms"
             )
+
+
+def _prepare_cpu(peer: Peer, calls: int) -> float | None:
+    """CPU seconds per call of the worker's last `prepare` request (None where unread)."""
+    cpu_s = peer.spell_cpu_s("prepare")
+    return None if cpu_s is None else cpu_s / calls

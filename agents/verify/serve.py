@@ -73,7 +73,13 @@ def serve(side, request_fd: int, reply_fd: int) -> None:
 
 def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], Any]:
     from agents.verify import values
-    from agents.verify.checksums import call_bands, call_checksums, checksum, checksum_band
+    from agents.verify.checksums import (
+        call_bands,
+        call_checksums,
+        checksum,
+        checksum_band,
+        commitment_scales,
+    )
     from agents.verify.side import SideError
 
     def packed(value: Any, **extra: Any) -> tuple[dict[str, Any], bytes]:
@@ -102,20 +108,27 @@ def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[
     if op == "run":
         side.run(bool(header.get("clone")), bool(header.get("poison")))
         return ({"changed": side.changes()} if header.get("check") else {}), b""
+    scales = _scales(header.get("scales"))
     if op == "calls":  # a timed request: its calls, done only once all their outputs are summed
         side.run_calls()
-        answer = {"checksum": call_checksums(side.outputs, int(header["checksum"]))}
+        answer = {"checksum": call_checksums(side.outputs, int(header["checksum"]), scales)}
         side.settle()
         return answer, b""
     if op == "checksum":  # with `calls`, the overhead request: a timed one less its calls
         if header.get("calls"):
             side.pass_calls()
         seed, calls = int(header["seed"]), bool(header.get("calls"))
-        sums = call_checksums(side.outputs, seed) if calls else checksum(side.output, seed)
+        if calls:
+            sums = call_checksums(side.outputs, seed, scales)
+        else:
+            sums = checksum(side.output, seed, scales)
         answer = {"checksum": sums}
         side.settle()
         if header.get("band"):
-            bands = call_bands(side.outputs, seed) if calls else checksum_band(side.output, seed)
+            if calls:
+                bands = call_bands(side.outputs, seed, scales)
+            else:
+                bands = checksum_band(side.output, seed, scales)
             answer["band"] = bands
         return answer, b""
     if op == "select":  # the call of the last timed request that a full comparison reads
@@ -147,6 +160,10 @@ def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[
             return packed(leaves, present=True, sampled=sampled)
         if op == "perturb":
             return packed(side.perturb(int(header["seed"])))
+        if op == "scales":  # the commitments' per-leaf scales, from the last output it made
+            return {"scales": commitment_scales(side.output)}, b""
+        if op == "recommit":  # an opening: the commitment of bytes another worker returned
+            return {"checksum": recommitted(side, header, received())}, b""
     else:
         if op == "build":
             return side.build_candidate(header, received()), b""
@@ -154,6 +171,25 @@ def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[
             side.load_state(received())
             return {}, b""
     raise SideError(f"unknown request {op[:40]!r} for the {side.role}", "protocol")
+
+
+def _scales(raw: Any) -> list[float] | None:
+    if not isinstance(raw, list):
+        return None
+    return [float(scale) if isinstance(scale, int | float) else 1.0 for scale in raw]
+
+
+def recommitted(side, header: dict[str, Any], value: Any) -> list[Any]:
+    """What call `call` of a timed request of `calls` commits to, for an output the parent
+    fetched from the candidate and sent here as bytes: the reference's process recomputes
+    the candidate's claim on its own device, with the same code and the same key."""
+    from agents.verify.checksums import recommit
+    from agents.verify.side import to_device
+
+    output = value.get("out") if isinstance(value, dict) else value
+    output = to_device(output, side.device)
+    calls, call = int(header["calls"]), int(header["call"])
+    return recommit(output, int(header["seed"]), _scales(header.get("scales")), calls, call)
 
 
 def sample_leaves(gold: Any, seed: int) -> tuple[list[Any], list[int | None]]:
