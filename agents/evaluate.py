@@ -54,7 +54,10 @@ class EvalOptions:
     device: str = "cpu"
     size: str = "default"
     trials: int = 5
-    seed: int | None = None  # None: a fresh random seed, so no candidate can predict inputs
+    # Seeds the init only (get_init_inputs, Model's weights), so a user can rebuild the same
+    # model; None draws one. Trial and timed inputs never derive from it: each has its own
+    # seed from the system's randomness (agents/verify/judge.py, clock.py).
+    seed: int | None = None
     threads: int | None = None
     measure: bool = True
     timing_budget_s: float = 3.0
