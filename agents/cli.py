@@ -197,7 +197,13 @@ def add_eval_parser(commands: Any) -> argparse.ArgumentParser:
         default=MIN_TRIALS,
         help=f"correctness trials (at least {MIN_TRIALS})",
     )
-    ev.add_argument("--seed", type=int, default=None, help="base seed (default: random)")
+    ev.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the init (get_init_inputs and Model's weights), to rebuild the same model "
+        "(default: random); every trial's inputs come from fresh system randomness, never from it",
+    )
     ev.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--no-timing", action="store_true", help="verify only")
