@@ -146,6 +146,22 @@ def test_the_sweep_never_deletes_a_cache_in_use_or_used_lately(tmp_path):
     assert [p.name for p in sweep_caches(tmp_path, 1, 1, idle_s=0)] == ["claimed"]
 
 
+def test_a_release_marks_the_last_use_and_the_sweep_counts_a_used_cache_again(tmp_path):
+    """The sweep remembers each cache's count by its mtime: the release's touch, after the
+    child is dead, is what tells it that a run changed the cache (and what it set the mtime
+    to means nothing)."""
+    cache = fill(tmp_path / "a", 10)
+    age(cache, OLD)
+    assert sweep_caches(tmp_path, keep_bytes=1 << 40, keep_entries=100) == []
+    claim = claim_cache(cache, max_bytes=1 << 30, max_entries=1000)
+    fill(cache / "more", 200)
+    os.utime(cache, (time.time() + 10**6,) * 2)  # a child hiding its last use in the future
+    claim.release()
+    assert abs(cache.stat().st_mtime - time.time()) < 60
+    age(cache, OLD)
+    assert [p.name for p in sweep_caches(tmp_path, keep_bytes=1 << 40, keep_entries=100)] == ["a"]
+
+
 def test_the_sweep_stays_inside_the_root_and_removes_links_it_orphaned(tmp_path):
     root, outside = tmp_path / "build", fill(tmp_path / "outside", 3)
     old = fill(root / "spare-0a", 40)

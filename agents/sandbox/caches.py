@@ -35,17 +35,30 @@ ROOT_ENTRIES = 100_000
 IDLE_S = 300.0
 CLAIM_ATTEMPTS = 5
 
+_MEASURED: dict[tuple[int, int], tuple[int, Usage]] = {}
+"""Each cache directory's usage, by (device, inode), at the mtime it was counted at. A cache
+changes only while a run claims it, and the claim's release touches it after the child is
+dead, so an unchanged mtime means unchanged contents: a sweep counts again only the caches
+used since the last one (a full count of a root at its cap takes about a second)."""
+
 
 class CacheClaim:
     """A run's hold on its cache directory: a shared lock the sweep respects, held by an open
-    descriptor in the launcher (close-on-exec: the child never inherits it)."""
+    descriptor in the launcher (close-on-exec: the child never inherits it). Released, it
+    touches the directory: its mtime is its last use, whatever the child set it to."""
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
-        self._release = weakref.finalize(self, os.close, fd)
+        self._release = weakref.finalize(self, _touch_and_close, fd)
 
     def release(self) -> None:
         self._release()
+
+
+def _touch_and_close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.utime(fd)
+    os.close(fd)
 
 
 def claim_cache(path: Path, max_bytes: int, max_entries: int) -> CacheClaim:
@@ -85,8 +98,8 @@ def sweep_caches(
 ) -> list[Path]:
     """Delete the least recently used cache directories directly under `root` until the rest
     fit in `keep_bytes` and `keep_entries`, skipping any in use or used in the last `idle_s`;
-    then remove links left pointing at nothing. A claim touches its directory, so its mtime is
-    its last use. Returns what was deleted."""
+    then remove links left pointing at nothing. A claim and its release touch its directory,
+    so its mtime is its last use. Returns what was deleted."""
     try:
         with os.scandir(root) as scanner:
             listed = list(scanner)
@@ -99,8 +112,7 @@ def sweep_caches(
             links.append(Path(entry.path))
         elif entry.is_dir(follow_symlinks=False):
             with contextlib.suppress(OSError):
-                mtime = entry.stat(follow_symlinks=False).st_mtime
-                caches.append((mtime, directory_usage(Path(entry.path)), Path(entry.path)))
+                caches.append((*_measure(entry), Path(entry.path)))
     caches.sort(key=lambda item: item[0])
     total = Usage(sum(u.bytes for _, u, _ in caches), sum(u.entries for _, u, _ in caches))
     deleted = []
@@ -111,10 +123,22 @@ def sweep_caches(
             total = Usage(total.bytes - used.bytes, total.entries - used.entries)
             deleted.append(path)
     for link in links:
-        if not link.exists():  # its target was swept (now or before)
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if not link.exists():  # its target was swept (now or before)
                 link.unlink()
     return deleted
+
+
+def _measure(entry: os.DirEntry) -> tuple[float, Usage]:
+    """A cache directory's last use and usage, counted again only when it was used since."""
+    info = entry.stat(follow_symlinks=False)
+    key = (info.st_dev, info.st_ino)
+    known = _MEASURED.get(key)
+    if known is not None and known[0] == info.st_mtime_ns:
+        return info.st_mtime, known[1]
+    used = directory_usage(Path(entry.path))
+    _MEASURED[key] = (info.st_mtime_ns, used)
+    return info.st_mtime, used
 
 
 def _delete_unless_in_use(path: Path) -> bool:
@@ -131,6 +155,8 @@ def _delete_unless_in_use(path: Path) -> bool:
             return False  # claimed by a run
         if not _names(path, fd):
             return False
+        held = os.fstat(fd)
+        _MEASURED.pop((held.st_dev, held.st_ino), None)
         shutil.rmtree(path, ignore_errors=True)
         return True
     finally:
