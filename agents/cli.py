@@ -304,12 +304,15 @@ def format_summary(result: EvalResult) -> str:
         interval = ""
         if result.speedup_ci:
             interval = f" [95% CI {result.speedup_ci[0]:.2f}-{result.speedup_ci[1]:.2f}]"
+        speedup = f"speedup {result.speedup:.2f}x{interval}"
+        if not result.timing_stable:  # a ratio the load set is not a number to quote
+            speedup = f"speedup: unstable ({result.timing_unstable_reason})"
         lines.append(
             f"  timing: reference {format_ms(result.reference_ms)} ms "
             f"(IQR {format_ms(result.reference_iqr_ms or 0.0)}), "
             f"candidate {format_ms(result.candidate_ms)} ms "
             f"(IQR {format_ms(result.candidate_iqr_ms or 0.0)}), "
-            f"speedup {result.speedup:.2f}x{interval}"
+            f"{speedup}"
         )
         lines.append(
             f"    speedup = reference median / candidate median, over "

@@ -23,6 +23,8 @@ def render_report(report: BenchReport, console: Console) -> None:
         table.add_column(column, justify="left" if column in ("problem", "verdict") else "right")
     for row in report.rows:
         speedup = "" if row.speedup is None else f"{row.speedup:.2f}x"
+        if row.speedup is not None and not row.timing_stable:
+            speedup = "unstable"
         strict = {True: "pass", False: "fail", None: ""}[row.strict_allclose]
         table.add_row(
             row.problem, row.verdict, strict, _ms(row.eager_ms), _ms(row.baseline_ms), speedup
@@ -77,6 +79,8 @@ def markdown_report(report: BenchReport) -> str:
         strict = {True: "pass", False: "fail", None: ""}[row.strict_allclose]
         speedup = f"{row.speedup:.2f}x" if row.speedup else ""
         interval = f"{row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}" if row.speedup_ci else ""
+        if row.speedup and not row.timing_stable:  # the load set the ratio: no number
+            speedup, interval = "unstable", row.unstable_reason.replace("|", "/")
         lines.append(
             f"| {row.problem} | {row.verdict} | {strict} | {_ms(row.eager_ms)} | "
             f"{_ms(row.baseline_ms)} | {speedup} | {interval} |"

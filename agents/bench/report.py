@@ -26,6 +26,10 @@ class BenchRow:
     speedup_ci: list[float] | None
     reasons: list[str]
     elapsed_s: float
+    timing_stable: bool = True
+    """False when the load set the ratio (agents/verify/stability.py): the row shows
+    "unstable", counts in fast_0 (correct) but in no speedup threshold or geomean."""
+    unstable_reason: str = ""
 
     def correct_under(self, rule: str) -> bool:
         if rule == "strict":
@@ -54,13 +58,18 @@ class BenchReport:
         hits = [
             row
             for row in self.rows
-            if row.correct_under(rule) and row.speedup is not None and row.speedup > p
+            if row.correct_under(rule)
+            and row.speedup is not None
+            and row.speedup > p
+            and (row.timing_stable or p == 0.0)
         ]
         return len(hits) / len(self.rows)
 
     def geomean_speedup(self, rule: str = "float64") -> float | None:
-        """Geometric mean over the problems that are correct under `rule`."""
-        values = [r.speedup for r in self.rows if r.correct_under(rule) and r.speedup]
+        """Geometric mean over the problems that are correct under `rule` and timed stably."""
+        values = [
+            r.speedup for r in self.rows if r.correct_under(rule) and r.speedup and r.timing_stable
+        ]
         if not values:
             return None
         return math.exp(sum(math.log(v) for v in values) / len(values))

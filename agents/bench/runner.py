@@ -86,6 +86,8 @@ def run_problem(path: Path, options: BenchOptions) -> BenchRow:
         speedup_ci=result.speedup_ci,
         reasons=result.reasons,
         elapsed_s=round(time.monotonic() - started, 2),
+        timing_stable=result.timing_stable,
+        unstable_reason=result.timing_unstable_reason,
     )
 
 

@@ -29,7 +29,7 @@ from agents.profile.report import Profile
 from agents.roles.base import Candidate, Plan, PlanningContext, SkillBrief
 from agents.search import events as ev
 from agents.search.budget import Budget, BudgetTracker, CancelToken
-from agents.search.finish import finish
+from agents.search.finish import finish, ranked_speedup
 from agents.search.knowledge import (
     PlanHistory,
     attempt_lines,
@@ -452,7 +452,7 @@ class Search:
                 if result is None:  # cancelled or out of budget
                     record_unjudged(self, state, plan, k, repair)
                     return sample
-                speedup = result.speedup if result.correct else None
+                speedup = ranked_speedup(result)  # an unstable timing ranks as 1.0 at most
                 reason = "; ".join(result.reasons)[:300]
                 attempt_id = log_attempt(
                     self, plan, source, attempt_parent, result.verdict.value, speedup, reason, k

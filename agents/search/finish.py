@@ -42,7 +42,10 @@ async def finish(search: Search, state: SearchState) -> SearchResult:
                 f"{node.plan.title if node.plan else 'candidate'}: measured "
                 f"{node.speedup:.2f}x in the search but "
                 + (
-                    f"{result.speedup:.2f}x on fresh inputs"
+                    f"a speedup too unstable to tell on fresh inputs "
+                    f"({result.timing_unstable_reason})"
+                    if result.correct and result.speedup and not result.timing_stable
+                    else f"{result.speedup:.2f}x on fresh inputs"
                     if result.correct and result.speedup
                     else f"{result.verdict.value} on fresh inputs"
                 )
@@ -126,8 +129,11 @@ async def confirm(search: Search, state: SearchState, node: Node) -> EvalResult 
 
 
 def faster(result: EvalResult) -> bool:
-    """Correct, and faster than the reference beyond the timing noise."""
+    """Correct, and faster than the reference beyond the timing noise (an unstable timing,
+    agents/verify/stability.py, is never faster)."""
     if not result.correct or not result.speedup or result.speedup <= 1.0:
+        return False
+    if not result.timing_stable:
         return False
     if result.speedup_ci:
         return result.speedup_ci[0] > 1.0
@@ -136,3 +142,11 @@ def faster(result: EvalResult) -> bool:
 
 def all_nodes(state: SearchState) -> list[Node]:
     return list({id(n): n for n in [state.best, *state.beam]}.values())
+
+
+def ranked_speedup(result: EvalResult) -> float | None:
+    """The speedup a correct result is ranked by in the search: an unstable timing counts as
+    no faster than the reference (at most 1.0), so it is never ranked or offered as a speedup."""
+    if not result.correct or result.speedup is None:
+        return None
+    return result.speedup if result.timing_stable else min(result.speedup, 1.0)

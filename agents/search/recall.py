@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agents.evaluate import EvalCancelled
 from agents.roles.base import Plan
+from agents.search.finish import ranked_speedup
 from agents.search.nodes import Node, SearchState
 from agents.search.records import log_attempt, note_best, record_outcome
 from agents.task import SourceFile
@@ -90,7 +91,7 @@ async def recall_best(search: Search, state: SearchState) -> None:
     except EvalCancelled:
         return
     state.seen[key] = (result.verdict.value, result.speedup)
-    speedup = result.speedup if result.correct else None
+    speedup = ranked_speedup(result)  # an unstable timing ranks as 1.0 at most
     reason = "; ".join(result.reasons)[:300]
     attempt_id = log_attempt(
         search, last, source, best.parent_id, result.verdict.value, speedup, reason, 0
