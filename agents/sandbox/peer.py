@@ -136,6 +136,8 @@ class Peer:
         self._cpu_at_resume: float | None = None
         self.frozen_cpu_s = 0.0  # CPU its tree used while stopped, over all stops
         self.awake_cpu_s: float | None = None  # CPU its tree used between the last resume/stop
+        self._awake_ops: list[str] = []  # the requests of the present awake spell
+        self._spell_cpu: dict[str, float] = {}  # op -> CPU of the last spell it had alone
         self.violation = ""  # why a strict peer is refused at its next request
         self.own_pid: int | None = None  # the pid the worker sees for itself (its hello)
         self.isolation = ""
@@ -166,6 +168,7 @@ class Peer:
             raise WorkerGone(f"{self.label} {self.violation}", self.label, alive=True)
         policy = WaitPolicy(timeout_s, self.cancelled, self.paused_s)
         self.requests += 1
+        self._awake_ops.append(op)
         nonce = secrets.token_hex(8)
         self.clean, clean = False, self.clean  # until the answer is in
         try:
@@ -265,8 +268,11 @@ class Peer:
             self._pids = self._stop_by_signal()
         self.stopped = True
         self._cpu_at_stop = self.cpu_seconds()
+        self.awake_cpu_s = None
         if self._cpu_at_stop is not None and self._cpu_at_resume is not None:
             self.awake_cpu_s = max(self._cpu_at_stop - self._cpu_at_resume, 0.0)
+            if len(self._awake_ops) == 1:
+                self._spell_cpu[self._awake_ops[0]] = self.awake_cpu_s
         self._hold_to_timing(set(self._pids))
 
     def resume(self) -> None:
@@ -281,6 +287,7 @@ class Peer:
                     "(work done while the other side was timed)"
                 )
         self._cpu_at_resume = used
+        self._awake_ops = []
         cgroup = self.cgroup
         if cgroup is not None:
             with contextlib.suppress(OSError):
@@ -305,6 +312,11 @@ class Peer:
             return cgroup.cpu_seconds()
         pids = self._pids if self.stopped and self._pids else self._members()
         return tree_cpu_ns(pids) / 1e9 if pids else None
+
+    def spell_cpu_s(self, op: str) -> float | None:
+        """CPU seconds of the worker's whole tree in the last spell between a `resume` and a
+        `stop` that held one request, `op`: what that request cost it, in every process."""
+        return self._spell_cpu.get(op)
 
     def _hold_to_timing(self, pids: set[int]) -> None:
         """The first stop is when timing begins: a process that appears at a later stop
