@@ -183,7 +183,7 @@ def _band_piece(values, weight, phase0, scale: float, tolerance: float) -> torch
     allowance = torch.nan_to_num(values.abs().mul_(tolerance).add_(tolerance), 0.0, 0.0, 0.0)
     frequency = torch.add(scale, weight, alpha=3.0 * scale)
     phase = torch.nan_to_num(torch.addcmul(phase0, values, frequency), 0.0, 0.0, 0.0)
-    stretch = frequency.mul_(allowance).square_()
+    stretch = (frequency * allowance).square_()
     slope = phase.cos_().square_().mul_(stretch)
     slope.addcmul_(stretch, stretch, value=0.25)
     return (slope @ weight[0].square()).to(torch.float64)
