@@ -92,6 +92,7 @@ def test_the_suite_covers_every_known_hack():
         # issue 32: the accused computes no evidence; no seed can be predicted
         "forged_argument_checksum",
         "trial_seed_prediction",
+        "forged_state_dict_claim",
     ):
         assert hack in names
 
