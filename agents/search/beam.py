@@ -494,8 +494,9 @@ class Search:
         return sample
 
     def _seed_for(self, key: str) -> int:
-        """Inputs depend on the search's seed and the code, not on which concurrent sample
-        finished first, so a seeded run judges every candidate on the same inputs."""
+        """The init seed (Model's weights, init arguments) depends on the search's seed and
+        the code, not on which concurrent sample finished first, so a seeded run builds every
+        candidate's model alike; trial inputs are fresh every verdict (agents/verify/judge.py)."""
         digest = hashlib.sha256(f"{self.config.seed}:{key}".encode()).digest()
         return int.from_bytes(digest[:4], "big") % (2**31 - 10_000)
 
