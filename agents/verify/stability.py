@@ -31,7 +31,7 @@ from pathlib import Path
 BAND = 1.2
 """A ratio within 1/BAND..BAND claims neither a speedup nor a slowdown."""
 HALVES_FACTOR = 2.0
-WIDTH_FACTOR = 4.0
+WIDTH_FACTOR = 8.0
 CONTENDED_SHARE = 0.5
 MIN_HALF = 3  # rounds in each half before halves are compared
 PRESSURE_PATH = Path("/proc/pressure/cpu")
@@ -96,7 +96,19 @@ def assess(
     if split is not None:
         first, second = split
         apart = max(first, second) / min(first, second)
-        straddles = max(first, second) > BAND and min(first, second) <= 1.0
+        claim = 1 if speedup > BAND else -1 if speedup < 1 / BAND else 0
+        # A claim needs both halves on its side of 1; no claim, no half beyond the band on
+        # one side while the other is on the other side of 1.
+        straddles = (
+            min(first, second) <= 1.0
+            if claim > 0
+            else max(first, second) >= 1.0
+            if claim < 0
+            else max(first, second) > BAND
+            and min(first, second) <= 1.0
+            or min(first, second) < 1 / BAND
+            and max(first, second) >= 1.0
+        )
         if apart > HALVES_FACTOR or straddles:
             return Stability(
                 False,
