@@ -93,6 +93,7 @@ def test_the_suite_covers_every_known_hack():
         "forged_argument_checksum",
         "trial_seed_prediction",
         "forged_state_dict_claim",
+        "fork_after_freeze",  # stopped means stopped: a cgroup frozen as one
     ):
         assert hack in names
 
