@@ -45,6 +45,8 @@ def directory_usage(
     what it uses) and its entries; symlinks are not followed. Stops counting as soon as either
     is above its maximum, so a watch over a tree of a million files costs what its limit does."""
     total = entries = 0
+    byte_cap = max_bytes if max_bytes is not None else float("inf")
+    entry_cap = max_entries if max_entries is not None else float("inf")
     stack = [str(path)]
     while stack:
         try:
@@ -61,7 +63,7 @@ def directory_usage(
                 total += info.st_blocks * 512
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
-                if Usage(total, entries).over(max_bytes, max_entries):
+                if total > byte_cap or entries > entry_cap:
                     return Usage(total, entries)
     return Usage(total, entries)
 
