@@ -2,7 +2,8 @@
 
 Why from outside: a check that runs inside the candidate's process can be patched by the
 candidate. The parent reads the kernel's view instead: which processes the jail holds, which
-threads the worker has and how much CPU each used, and its CPU affinity.
+threads the worker has and how much CPU each used (and a whole tree, where no cgroup counts
+it), whether a process is stopped, and its CPU affinity.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The one way a sandboxed child is started: allow-listed environment, bubblewrap jail (or,
 only when the user asked, none), system-call filter, rlimits, process cap, CPU pinning,
-its own session, and quotas on what it may write.
+its own session, its own cgroup (agents/sandbox/cgroup.py: frozen, counted and killed as
+one; joined before it can fork), and quotas on what it may write.
 
 Why one function: every child (the verifier's, the profiler's, the offline optimizer's) runs
 code we do not trust, and a second spawn path is a second place to forget a wall.

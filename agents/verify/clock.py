@@ -17,9 +17,12 @@ Around that:
   sets drawn in the `prepare` request before the clock starts), so nothing can be replayed
   or memoised; each call first seeds torch's generators from its own seed, so random ops
   (dropout) draw the same numbers on both sides call by call;
-- reference and candidate alternate (ABBA), and both are stopped (SIGSTOP) whenever they are
-  not answering a request, so neither works in the background or takes the CPU from the
-  other's run; both are treated alike, so the treatment costs both the same;
+- reference and candidate alternate (ABBA), and both are stopped whenever they are not
+  answering a request (each frozen whole in its own cgroup, processes forked later included,
+  or else SIGSTOP to every process, re-read at every stop: agents/sandbox/peer.py), so
+  neither works in the background or takes the CPU from the other's run; a candidate whose
+  processes used CPU while stopped, or that started processes once timing began, is
+  refused; both are treated alike, so the treatment costs both the same;
 - each timed request follows an untimed call of the same side on other inputs, so it runs as
   a caller's repeated calls do (caches and TLB its own), not as the first call after the other
   process ran; the timed inputs are drawn after that call, so it cannot work on them;
@@ -34,8 +37,9 @@ Around that:
   process, which must equal the candidate's claim (agents/verify/proof.py);
 - every draw of the parent's (input seeds, keys, openings, spot checks) comes from the
   system's randomness, never a seeded generator a worker could reconstruct from its seeds;
-- drawing inputs is timed on both sides: a candidate that takes longer there (working on the
-  inputs before the clock starts) is refused;
+- drawing inputs is measured on both sides, in the CPU time of each worker's whole tree and
+  in wall time: a candidate that spends more there in both (working on the inputs before
+  the clock starts) is refused; on CUDA in wall time (agents/verify/hidden_work.py);
 - Python's cyclic collector is held off for the span of each timed request, in the parent
   and in both workers alike (a full collection would land inside one request at random);
 - on the GPU the parent flushes the L2 before every timed request and before every overhead
