@@ -10,15 +10,17 @@ under tells it nothing of its inputs.
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import pytest
 import torch
 
 from agents.sandbox.peer import Peer
+from agents.task import SourceFile
 from agents.verify import values
 from agents.verify.arguments import changed_arguments
-from agents.verify.judge import SEED_LIMIT
+from agents.verify.judge import SEED_LIMIT, Judge, JudgeRequest
 from agents.verify.verdict import Verdict
 from tests.conftest import ADVERSARIAL, run_eval
 
@@ -134,3 +136,11 @@ def test_no_seed_can_be_predicted_from_the_base_seed_or_another_verdict(monkeypa
     # The same candidate, the same base seed: two verdicts, other inputs every time.
     assert not set(first["candidate:prepare"]) & set(second["candidate:prepare"])
     assert first["reference:perturb"] != second["reference:perturb"]
+
+
+def test_the_judge_draws_from_the_system_not_from_a_twister():
+    """A Mersenne Twister's later draws follow from about 624 of its outputs, and a worker
+    sees every seed it is sent: the judge's generator keeps no state to learn."""
+    source = SourceFile(text="", path="/virtual/x.py")
+    judge = Judge(JudgeRequest(source, source), None, None, print, lambda: True, lambda: None)
+    assert isinstance(judge.rng, random.SystemRandom)
