@@ -1,6 +1,7 @@
 """The statistics of a timing: samples, their medians and spread, when a median is stable,
 and a bootstrap interval for the ratio of two medians. The measuring itself happens from
-outside the processes (agents/verify/clock.py)."""
+outside the processes (agents/verify/clock.py); whether the ratio can be trusted as a number
+at all (a busy machine, halves that disagree) is agents/verify/stability.py's rule."""
 
 from __future__ import annotations
 
