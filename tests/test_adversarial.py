@@ -89,6 +89,7 @@ def test_the_suite_covers_every_known_hack():
         "hang_in_init",
         "hang_in_timing",
         "jail_escape",
+        "background_precompute_thread",
         # issue 32: the accused computes no evidence; no seed can be predicted
         "forged_argument_checksum",
         "trial_seed_prediction",

@@ -15,7 +15,7 @@ from agents.bench.suite import baseline_candidate
 from agents.task import SourceFile
 from agents.verify.stability import BAND
 from agents.verify.verdict import Verdict
-from tests.conftest import PROBLEMS, run_eval
+from tests.conftest import ADVERSARIAL, PROBLEMS, run_eval
 
 BUSY = "while True: pass"
 
@@ -46,3 +46,19 @@ def test_an_aa_copy_beside_two_busy_processes_is_never_reported_faster():
                 assert result.speedup <= BAND, seen
             else:
                 assert result.timing_unstable_reason, seen
+
+
+@pytest.mark.serial  # it loads the machine: never beside an xdist neighbour
+def test_a_background_precompute_thread_gains_nothing_from_the_load():
+    """tests/adversarial/background_precompute_thread.py, its static rule off: a thread from
+    import recomputes every call beside forward (the red team measured such a candidate at
+    21.5x under load). Refused, or correct and never reported faster than the band."""
+    cheat = ADVERSARIAL / "background_precompute_thread.py"
+    with two_busy_processes():
+        for _ in range(3):
+            result = run_eval("linear_relu.py", cheat, static_check=False, timing_budget_s=0.3)
+            if result.verdict is not Verdict.CORRECT:
+                assert result.reasons
+                continue
+            assert result.speedup is not None
+            assert not result.timing_stable or result.speedup <= BAND, result.speedup
