@@ -136,7 +136,7 @@ class Peer:
         self._cpu_at_resume: float | None = None
         self.frozen_cpu_s = 0.0  # CPU its tree used while stopped, over all stops
         self.awake_cpu_s: float | None = None  # CPU its tree used between the last resume/stop
-        self._awake_ops: list[str] = []  # the requests of the present awake spell
+        self._spell_ops: list[str] = []  # the present awake spell's request (two: several)
         self._spell_cpu: dict[str, float] = {}  # op -> CPU of the last spell it had alone
         self.violation = ""  # why a strict peer is refused at its next request
         self.own_pid: int | None = None  # the pid the worker sees for itself (its hello)
@@ -168,7 +168,7 @@ class Peer:
             raise WorkerGone(f"{self.label} {self.violation}", self.label, alive=True)
         policy = WaitPolicy(timeout_s, self.cancelled, self.paused_s)
         self.requests += 1
-        self._awake_ops.append(op)
+        self._spell_ops = [*self._spell_ops, op][:2]
         nonce = secrets.token_hex(8)
         self.clean, clean = False, self.clean  # until the answer is in
         try:
@@ -271,8 +271,8 @@ class Peer:
         self.awake_cpu_s = None
         if self._cpu_at_stop is not None and self._cpu_at_resume is not None:
             self.awake_cpu_s = max(self._cpu_at_stop - self._cpu_at_resume, 0.0)
-            if len(self._awake_ops) == 1:
-                self._spell_cpu[self._awake_ops[0]] = self.awake_cpu_s
+            if len(self._spell_ops) == 1:
+                self._spell_cpu[self._spell_ops[0]] = self.awake_cpu_s
         self._hold_to_timing(set(self._pids))
 
     def resume(self) -> None:
@@ -287,7 +287,7 @@ class Peer:
                     "(work done while the other side was timed)"
                 )
         self._cpu_at_resume = used
-        self._awake_ops = []
+        self._spell_ops = []
         cgroup = self.cgroup
         if cgroup is not None:
             with contextlib.suppress(OSError):
