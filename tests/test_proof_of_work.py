@@ -219,3 +219,48 @@ def test_a_perturbation_within_allowance_stays_in_band(numel, key, magnitude, sh
     signs = torch.randint(0, 2, (numel,), generator=generator).float() * 2 - 1
     moved = reference + signs * allowance * share
     assert abs(_entry(moved, key, scales)[0] - value) <= FINGERPRINT_SIGMAS * band
+
+
+RETURNS_OTHER_BYTES = """
+import pkgutil
+
+import torch
+import torch.nn as nn
+
+_serve = pkgutil.resolve_name("agents.verify.serve")
+_honest = _serve.handle
+
+
+def _other(side, op, header, payload):
+    answer = _honest(side, op, header, payload)
+    if op == "calls":  # commits to its outputs, then holds others (still within allclose)
+        side.outputs = [
+            out + 3e-5 * (1 + out.abs()) * (torch.randint_like(out, 0, 2) * 2 - 1)
+            for out in side.outputs
+        ]
+    return answer
+
+
+_serve.handle = _other
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+"""
+
+
+def test_an_opened_call_must_return_the_output_its_reply_committed_to():
+    """Its timed replies are honest commitments, and every output it returns passes
+    allclose; but the bytes it returns for an opened call are not the ones it committed to,
+    which the reference's recomputation shows: a forged reply, rejected."""
+    from agents.verify.verdict import Verdict
+    from tests.conftest import candidate_source, run_eval
+
+    result = run_eval("linear_relu.py", candidate_source(RETURNS_OTHER_BYTES), static_check=False)
+    assert result.verdict is Verdict.REJECTED, result.reasons
+    assert "committed to another output" in " ".join(result.reasons), result.reasons
