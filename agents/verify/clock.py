@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from agents.sandbox.peer import Peer
 from agents.sandbox.wire import Frame
 from agents.verify import devflush, hidden_work, stability
-from agents.verify.openings import Opening, Openings
+from agents.verify.openings import Opening, OpeningPolicy, Openings
 from agents.verify.stability import read_pressure
 from agents.verify.timing import (
     PairTiming,
@@ -89,6 +89,8 @@ class ClockConfig:
     budget_s: float = 5.0
     rel_precision: float = 0.01
     spot_share: float = 0.1
+    """The least share of timed requests opened (agents/verify/openings.py), whatever the
+    output's size; small outputs have every request opened."""
     reverify_above: float = 10.0
     bootstrap: int = 2000
     hidden_share: float = 0.25
@@ -177,7 +179,7 @@ class OutsideClock:
         self.compare_checksums = compare_checksums
         self.flush_alone_ms = flush_alone_ms
         self.rng = random.SystemRandom()  # no state a worker could learn from its seeds
-        self.openings = Openings()
+        self.openings = Openings(OpeningPolicy(floor_share=config.spot_share))
         self.scales: list[float] = []  # per output leaf, the commitments' (the reference's)
         self.notes: list[str] = []
         self.calls = 1  # K, the same for both sides
@@ -211,7 +213,7 @@ class OutsideClock:
             started = time.monotonic()
             while len(record.ref) < config.max_runs * (attempt + 1):
                 index = len(record.ref)
-                check = index == 0 or self._draw() < config.spot_share
+                check = index == 0  # the rest: agents/verify/openings.py, at random
                 self._iteration(record, index, check=check)
                 if len(record.ref) < config.min_runs * (attempt + 1):
                     continue
@@ -389,13 +391,24 @@ class OutsideClock:
         )
         if problem:
             raise TimingRefused(problem, incorrect=True)
-        if check or timed:  # picked after every commitment is in
-            output_bytes = int(self.footprint.get("output_bytes", 0))
-            for call in self.openings.choose(self.calls, output_bytes, thorough=check):
+        if not (check or timed):
+            return
+        output_bytes = int(self.footprint.get("output_bytes", 0))
+        chosen = self.openings.choose(self.calls, output_bytes, thorough=check)
+        if not chosen:  # picked after every commitment is in
+            return
+        self.ref.resume()  # once for all the openings: a stop and a resume cost milliseconds
+        self.cand.resume()
+        try:
+            for call in chosen:
                 self._open(call, weights, replies)
+        finally:
+            self.ref.stop()
+            self.cand.stop()
 
     def _open(self, call: int, key: int, replies: dict[str, Frame]) -> None:
-        """Call `call` of the request just timed, fetched and checked in full (`full_check`)."""
+        """Call `call` of the request just timed, fetched and checked in full (`full_check`),
+        both workers awake."""
         claimed = replies[self.cand.label].header.get("checksum") or []
         bands = replies["band"].header.get("band") or []
         width = len(claimed) // max(self.calls, 1)
@@ -408,14 +421,8 @@ class OutsideClock:
             bands=tuple(bands[call * width : (call + 1) * width]),
         )
         for peer in (self.ref, self.cand):
-            self._awake(peer, "select", index=call)
-        self.ref.resume()
-        self.cand.resume()
-        try:
-            self.full_check("a timed run", opening)
-        finally:
-            self.ref.stop()
-            self.cand.stop()
+            peer.request("select", self.request_timeout_s, index=call)
+        self.full_check("a timed run", opening)
 
     def _timed(self, peer: Peer, op: str, **fields) -> tuple[float, Frame]:
         peer.resume()
@@ -439,9 +446,6 @@ class OutsideClock:
 
     def _seed(self) -> int:
         return self.rng.randrange(1, 2**31 - 10_000)
-
-    def _draw(self) -> float:
-        return self.rng.random()
 
     def _capture(self) -> str:
         seed = self._seed()

@@ -4,8 +4,8 @@ the value, summed. agents/verify/checksums.py applies it to output trees.
 Why nonlinear and keyed per element: the old checksum was a weighted sum under an outer
 product of weights, v^T X w. For X = A B that is (v^T A)(B w), computable in O(N^2) without the
 product: a worker replied with it and formed the product only when an output was fetched.
-Here element i of a leaf enters as w_i * sin(s_i x_i + b_i), with w_i in [-1, 1], s_i = c (1 +
-3 u_i) and b_i in [0, 2 pi) drawn from a key that arrives with the request. No identity moves
+Here element i of a leaf enters as w_i sin(s_i x_i + b_i), with w_i in [0, 1), s_i = c (1 +
+3 w_i) and b_i in [0, 2 pi) drawn from a key that arrives with the request. No identity moves
 a sum of sines of per-element affine maps onto the inputs of the step that made x: each term
 needs its own x_i to within about 1 / s_i, and c (the parent's, 1 / the reference output's
 RMS) makes s_i x_i span O(1)-O(10) radians, so that is every element to within a few times
@@ -13,14 +13,18 @@ its RMS over 1e3-1e4. Even the linearised term (sin near its zero crossings) wei
 by w_i s_i cos(b_i), a matrix of full rank: moving it onto A and B costs a product again.
 Integers and booleans get an exact keyed mix (xor, odd multiply, shifts) summed in int64.
 
-The keys per element: a table of WIDTH random triples drawn per leaf position, and per call
-and row of WIDTH elements a random offset triple; element i of row r takes frac(table[i mod
-WIDTH] + offset[r]). Drawing three numbers per element costs about 16 ns on a CPU (more than
-the sines); the table and offsets cost a few per WIDTH elements, and the keys still differ
-element by element and call by call (frac of a sum is no product: the old outer product's
-rank one is gone). Everything is drawn from a generator seeded by the request's key and the
-leaf position, in an order that does not depend on how the work is split, so the reference's
-process recomputes any one call's commitment from its bytes (an opening) bit for bit alike.
+The keys per element: per leaf position a table of two keys for each of WIDTH columns; per
+row of WIDTH elements a weight offset, and per call and row a phase offset. Element i of row
+r of call j takes w = frac(T0[i] + o0[r]) and b = 2 pi (T1[i] + o1[j, r]). Drawing keys per
+element costs about 5 ns each on a CPU (more than the sine); the table and offsets cost a few
+numbers per WIDTH elements, and the keys still differ element by element (frac of a sum is no
+product: the old outer product's rank one is gone). The K calls of one request share w and s
+and differ in b: acceptable only because the function is nonlinear (a linear checksum with
+shared weights would let sums over calls or over a factor's rows be taken first; here every
+term needs its own call's element). Everything is drawn from a generator seeded by the
+request's key and the leaf position, in an order that does not depend on how the work is
+split, so the reference's process recomputes any one call's commitment from its bytes (an
+opening) to float rounding.
 
 Non-finite elements commit to sentinels outside [-1, 1] (NaN 2, +inf 3, -inf -3), so an output
 must be finite exactly where the reference's is. Large leaves go in pieces of PIECE elements
@@ -37,7 +41,7 @@ WIDTH = 4096
 PIECE = 1 << 18
 """Elements per piece of work: a few temporaries of this size stay in a CPU's cache."""
 _TWO_PI = 2.0 * math.pi
-_MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+_MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9)
 _INT_MULTIPLIER = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
 _INT_KEY = 1 << 62
 

@@ -10,14 +10,16 @@ forms them only when asked) cannot know which calls will be opened: the choice i
 the system's randomness after its reply is in.
 
 How many: each request is opened with probability q = min(1, max(`floor_share`,
-`request_bytes` / output bytes)) at one uniformly random call (every request, for outputs of
-up to a megabyte: they are cheap to fetch), and a thorough request (the first timed one, the
-re-verification of a large speedup, and the clock's random spot checks) opens
-min(K, `thorough`) distinct calls, fewer where that would fetch over `thorough_bytes`. A
-worker that lies on a share f of its calls at random escapes m openings with probability
-(1 - f)^m: with m >= 8 + (runs - 1) q openings per measurement (18 or more on a measurement
-of 10 small-output runs), a lie on 20% of the calls escapes with under 2%; one that lies on
-whole requests escapes each opened request, so r lying requests escape with (1 - q)^r.
+`request_bytes` / output bytes)) at one uniformly random call (q = 1, every request, for
+outputs of up to 64 KiB: they are cheap to fetch and compare), and a thorough request (the
+first timed one, and the re-verification of a large speedup) opens
+min(K, `thorough`) distinct calls, fewer where that would fetch over `thorough_bytes`.
+A worker that lies on a share f of its calls at random escapes m openings with probability
+(1 - f)^m. A measurement makes at least 10 timed requests, so for outputs up to 64 KiB
+m >= min(K, 8) + 9: with K >= 8 a lie on 20% of the calls escapes with 0.8^17 < 2.5%, one on
+half of them with 0.5^17 < 1e-5, and with K = 1 every call is opened. For larger outputs q
+falls towards `floor_share` and bounds the bytes fetched; a worker lying on r whole requests
+then escapes with (1 - q)^r.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 class OpeningPolicy:
     thorough: int = 8
     thorough_bytes: int = 64 << 20
-    request_bytes: int = 1 << 20
+    request_bytes: int = 64 << 10
     floor_share: float = 0.1
 
 
