@@ -1,14 +1,16 @@
 """When a measured speedup can be trusted as a number, and when it is only "unstable".
 
-Why: on a busy machine (measured on 2 cores beside two busy processes) honest copies of the
-reference measured anywhere from 0.15x to 2.9x, and a bootstrap interval, which assumes the
-noise is the same from the first round to the last, called some of them speedups. Load comes
-and goes during a run, so the rule asks what a stationary interval cannot:
+Why: on a busy machine honest copies of the reference (A/A) measured anywhere from 0.15x to
+2.9x (red team, 2 cores, load 2-11), each reported as a number; beside six busy loops one was
+reported at 2.22x. A worker given a quarter of a CPU takes 4-20 times longer over a request
+when the scheduler preempts it; the load shifts within a run, so the two sides' medians can
+fall on different regimes, and a bootstrap interval, which assumes the noise is the same from
+the first round to the last, cannot see it. So the rule asks what such an interval cannot:
 
 - do the two halves of the run agree? Each half's median of the per-round ratios (the
-  reference's and the candidate's request of the same ABBA round, seconds apart, so a slow
-  drift of the load cancels); halves a factor `HALVES_FACTOR` apart, or one half faster
-  beyond the band and the other not faster, mean the load, not the code, set the ratio;
+  reference's and the candidate's request of the same ABBA round, milliseconds apart, so a
+  slow drift of the load cancels); halves a factor `HALVES_FACTOR` apart, or on two sides of
+  1 where the run claims a speedup, mean the load, not the code, set the ratio;
 - does the interval support the claim? A ratio beyond the `BAND` (1.2x either way) must have
   its 95% interval clear of 1; an interval wider than `WIDTH_FACTOR` (high over low) says
   nothing about the size of the effect;
@@ -95,21 +97,8 @@ def assess(
     split = halves(paired_ratios(reference, candidate))
     if split is not None:
         first, second = split
-        apart = max(first, second) / min(first, second)
         claim = 1 if speedup > BAND else -1 if speedup < 1 / BAND else 0
-        # A claim needs both halves on its side of 1; no claim, no half beyond the band on
-        # one side while the other is on the other side of 1.
-        straddles = (
-            min(first, second) <= 1.0
-            if claim > 0
-            else max(first, second) >= 1.0
-            if claim < 0
-            else max(first, second) > BAND
-            and min(first, second) <= 1.0
-            or min(first, second) < 1 / BAND
-            and max(first, second) >= 1.0
-        )
-        if apart > HALVES_FACTOR or straddles:
+        if _halves_disagree(first, second, claim):
             return Stability(
                 False,
                 f"{_busy(contention)}the two halves of the run measured {first:.2f}x "
@@ -133,6 +122,20 @@ def assess(
             f"{low:.2f}-{high:.2f}x does not clear {target:.2f}x",
         )
     return Stability(True)
+
+
+def _halves_disagree(first: float, second: float, claim: int) -> bool:
+    """Halves a factor `HALVES_FACTOR` apart disagree; so do halves on two sides of 1 where
+    the whole run claims a speedup (`claim` 1) or a slowdown (-1); with no claim (0), one
+    half beyond the band while the other is on the other side of 1."""
+    low, high = sorted((first, second))
+    if high / low > HALVES_FACTOR:
+        return True
+    if claim > 0:
+        return low <= 1.0
+    if claim < 0:
+        return high >= 1.0
+    return (high > BAND and low <= 1.0) or (low < 1 / BAND and high >= 1.0)
 
 
 def _busy(contention: float | None) -> str:
