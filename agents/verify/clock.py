@@ -234,7 +234,7 @@ class OutsideClock:
                 ref_times,
                 cand_times,
                 statistics.median(ref_times) / statistics.median(cand_times),
-                bootstrap_speedup_ci(ref_times, cand_times, config.bootstrap // 4),
+                bootstrap_speedup_ci(ref_times, cand_times, config.bootstrap),
                 stability.stall_share(pressure, read_pressure(time.monotonic())),
             )
             if first.stable or attempt:
