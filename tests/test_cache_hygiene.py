@@ -204,6 +204,7 @@ def test_a_candidate_with_many_files_is_refused_and_its_cache_emptied(tmp_path):
     result = run_eval("linear_relu.py", cheat, static_check=False, cache_dir=tmp_path)
     assert result.verdict is Verdict.REJECTED, result.reasons
     assert any("20,000 files" in reason for reason in result.reasons), result.reasons
+    assert not any("out of memory" in reason for reason in result.reasons), result.reasons
     source_hash = hashlib.sha256(cheat.read_text().encode()).hexdigest()[:16]
     assert entries(tmp_path / "build" / source_hash) == 0
 

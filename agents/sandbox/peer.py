@@ -231,7 +231,12 @@ class Peer:
                 name = signal.Signals(number).name
             except ValueError:
                 name = f"signal {number}"
-            cause = " (out of memory?)" if name == "SIGKILL" else ""
+            cause = ""
+            if name == "SIGKILL":
+                # The sandbox's own watch (a quota, the task cap) names what it killed for;
+                # a SIGKILL nobody here sent is most often the kernel's out-of-memory killer.
+                killer = getattr(getattr(self, "launched", None), "killed_for", None)
+                cause = f" (the sandbox killed it: {killer})" if killer else " (out of memory?)"
             return f"{self.label} was killed by {name}{cause}"
         return f"{self.label} exited with status {code}"
 
