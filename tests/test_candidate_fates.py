@@ -207,6 +207,20 @@ def test_without_an_offered_kernel_each_correct_candidate_says_why():
     assert only.fate is Fate.CHOSEN and only.reason == "offered; not re-measured"
 
 
+def test_an_unstable_timing_is_never_shown_as_a_speedup():
+    log = FateLog()
+    _judge(log, "p-steady", _correct(10.0), source="steady")
+    why = "the machine was busy: the two halves of the run measured 0.6x and 2.1x"
+    shaky = replace(_correct(2.0), timing_stable=False, timing_unstable_reason=why)
+    _judge(log, "p-shaky", shaky, source="shaky")
+    assert log.entries[1].fate.vs_reference is None and log.entries[1].fate.vs_best is None
+    final = {f.plan: f for f in log.final("steady", 1.5, confirmed=False)}
+    assert final["p-steady"].fate is Fate.CHOSEN
+    shown = final["p-shaky"]
+    assert shown.fate is Fate.SLOWER and shown.vs_reference is None
+    assert shown.reason == f"its timing was unstable ({why}): not a speedup"
+
+
 def test_the_summary_counts_in_words_with_plurals():
     one = CandidateFate("p", "m", Fate.CHOSEN, "correct")
     assert fates_summary([one]) == "1 candidate: 1 chosen"

@@ -203,6 +203,7 @@ def failure_fate(result: EvalResult) -> tuple[Fate, str]:
 class _Entry:
     fate: CandidateFate
     key: str = ""  # source_hash of the judged code ("" when nothing was judged)
+    unstable: str = ""  # why its timing could not be told apart from the load, if it could not
 
 
 @dataclass
@@ -236,6 +237,11 @@ class FateLog:
             if not result.correct:
                 kind, why = failure_fate(result)
                 fate = replace(fate, fate=kind, reason=why)
+            elif not result.timing_stable:  # its ratio is not a number anyone may read as one
+                fate = replace(fate, vs_reference=None, vs_best=None)
+                unstable = result.timing_unstable_reason or "the load moved it too much"
+                self.entries.append(_Entry(fate, key, unstable))
+                return
         self.entries.append(_Entry(fate, key))
 
     def confirmed(self, source: str, result: EvalResult) -> None:
@@ -287,6 +293,8 @@ class FateLog:
         """A correct candidate that was not offered: slower than the chosen one, no faster
         than the reference, or not confirmed on fresh inputs (where it may even have failed)."""
         mine = entry.fate.vs_reference
+        if entry.unstable:
+            return Fate.SLOWER, f"its timing was unstable ({entry.unstable}): not a speedup"
         check = self.confirmations.get(entry.key)
         if check is not None:
             if not check.correct:
