@@ -83,6 +83,67 @@ def test_an_in_place_writer_is_refused_even_when_its_worker_forges_the_checksum(
     assert "changed its input" in " ".join(result.reasons)
 
 
+LARGE_SOFTMAX = """
+import torch
+import torch.nn as nn
+
+ROWS, COLS = 512, 512  # 262,144 elements: above the sample, so compared at a sample
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+IN_PLACE = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x.sub_(x.amax(dim=-1, keepdim=True)).exp_()
+        return x.div_(x.sum(dim=-1, keepdim=True))
+"""
+
+ON_A_COPY = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+"""
+
+
+@pytest.mark.parametrize("code, refused", [(IN_PLACE, True), (ON_A_COPY, False)])
+def test_large_arguments_are_compared_at_a_sample_drawn_after_the_call(tmp_path, code, refused):
+    """Inputs above the sample size cross the pipe as a sample at indices the parent draws
+    per trial and sends only after the call: an in-place kernel is still refused, one that
+    leaves its input alone still passes."""
+    problem = tmp_path / "large_softmax.py"
+    problem.write_text(LARGE_SOFTMAX)
+    candidate = SourceFile(code, str(tmp_path / "candidate.py"))
+    result = run_eval(problem, candidate, static_check=False, measure=False)
+    if refused:
+        assert result.verdict is Verdict.REJECTED, result.reasons
+        assert "changed its input" in " ".join(result.reasons)
+    else:
+        assert result.verdict is Verdict.CORRECT, result.reasons
+
+
 def test_a_forged_state_dict_claim_does_not_skip_the_reload_check():
     """The worker says ModelNew refuses Model's state_dict; the parent tries it, it loads,
     and the reload check runs and finds the folded weights stale."""

@@ -103,6 +103,7 @@ class Judge:
         self.rng = random.SystemRandom()  # no state a worker could learn from what it sees
         self.flush_alone_ms: float | None = None
         self.slowest_call_s = 0.0  # the candidate's slowest verified call, with its overheads
+        self.args_sample: int | None = None  # this trial's sample of large arguments
 
     # -- entry --------------------------------------------------------------------------------
 
@@ -239,6 +240,9 @@ class Judge:
     def _trial(self, seed: int, label: str) -> None:
         self._ref("prepare", seed=seed)
         self._ref("run", clone=True)
+        # Large arguments are compared at a sample drawn now and sent to the candidate only
+        # with the fetch that follows its call (serve.py, `sampled_arguments`).
+        self.args_sample = self.rng.randrange(2**62)
         reference = self._fetch_reference(args=True)
         gold = Anchor(self._anchor, eager=not self.anchored, sample_seed=self.rng.randrange(2**62))
         self.anchored = True
@@ -271,7 +275,8 @@ class Judge:
             passed = self._compare(label, when, output, reference, gold, passed)
 
     def _fetch_reference(self, args: bool = False) -> values.Unpacked:
-        frame = self._ref("fetch", args=args)
+        sample = self.args_sample if args else None
+        frame = self._ref("fetch", args=args, args_sample=sample)
         unpacked = values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
         self.expected_bytes = len(frame.payload)
         return unpacked
@@ -281,7 +286,12 @@ class Judge:
         last fetch, which carried its arguments when this one does."""
         cap = self.expected_bytes + SLACK_BYTES
         frame = self._cand(
-            "fetch", self.request.run_timeout_s, payload_cap=cap, previous=previous, args=args
+            "fetch",
+            self.request.run_timeout_s,
+            payload_cap=cap,
+            previous=previous,
+            args=args,
+            args_sample=self.args_sample if args else None,
         )
         try:
             return values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)

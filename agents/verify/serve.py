@@ -136,7 +136,10 @@ def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[
         return {}, b""
     if op == "fetch":
         output = side.previous if header.get("previous") else side.output
-        return packed({"out": output, "args": side.args if header.get("args") else None})
+        args = side.args if header.get("args") else None
+        if args is not None and header.get("args_sample") is not None:
+            args = sampled_arguments(args, int(header["args_sample"]))
+        return packed({"out": output, "args": args})
     if op == "args":  # the arguments as the last call left them (the reference leaves them)
         return {"checksum": checksum(side.args, int(header["seed"]))}, b""
     if op == "capture":
@@ -213,6 +216,30 @@ def sample_leaves(gold: Any, seed: int) -> tuple[list[Any], list[int | None]]:
             leaves.append(leaf.reshape(-1)[picks.to(leaf.device)])
             sampled.append(leaf.numel())
     return leaves, sampled
+
+
+def sampled_arguments(args: Any, seed: int) -> list[Any]:
+    """The arguments as the parent compares them when they are large: each leaf of more than
+    `compare.ANCHOR_SAMPLE` elements cut to the elements at indices drawn from `seed` (which
+    the parent sends only with this request, after the call), followed by its shape. Both
+    sides cut alike, so the parent compares like with like without moving every input's
+    bytes through a pipe twice a trial: an in-place kernel writes far more than it could
+    hope to keep out of a random sample."""
+    import torch
+
+    leaves, _ = sample_leaves(args, seed)
+    out: list[Any] = []
+    for cut, whole in zip(leaves, _flat(args), strict=True):
+        out.append(cut)
+        if isinstance(whole, torch.Tensor):
+            out.append([int(size) for size in whole.shape])
+    return out
+
+
+def _flat(value: Any) -> list[Any]:
+    from agents.verify.side import flatten
+
+    return flatten(value)
 
 
 def _exit() -> None:
