@@ -80,6 +80,7 @@ def test_the_suite_covers_every_known_hack():
         "cpu_hog_thread",
         "double_fork_daemon",
         "precompute_in_prepare",
+        "inplace_after_verification",
         "finish_late",
         "flood_reply",
         "ansi_in_error",

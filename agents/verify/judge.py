@@ -459,11 +459,20 @@ class Judge:
     def _full_check(self, label: str, opening: Opening | None = None) -> None:
         """An opened call: its output compared in full as a trial's is, then the commitment
         the candidate claimed for it recomputed from those bytes by the reference's process
-        (agents/verify/proof.py): a claim that is not its output's is a forged reply."""
-        reference = self._fetch_reference()
+        (agents/verify/proof.py): a claim that is not its output's is a forged reply. The
+        call's arguments come back with it (at a sample drawn now, when large) and must be
+        the reference's: a kernel that writes its inputs only once timing starts shows here."""
+        self.args_sample = self.rng.randrange(2**62)
+        reference = self._fetch_reference(args=True)
         gold = Anchor(self._anchor, eager=False)
         cap = self.expected_bytes + SLACK_BYTES
-        frame = self._cand("fetch", self.request.run_timeout_s, payload_cap=cap)
+        frame = self._cand(
+            "fetch",
+            self.request.run_timeout_s,
+            payload_cap=cap,
+            args=True,
+            args_sample=self.args_sample,
+        )
         fields = {"tree": frame.header.get("tree"), "specs": frame.header.get("specs")}
         try:
             output = values.unpack(fields["tree"], fields["specs"], frame.payload)
@@ -472,6 +481,9 @@ class Judge:
             raise TimingRefused(f"its output cannot be read: {error}", incorrect=True) from None
         except Refusal as refusal:
             raise TimingRefused(refusal.reason, incorrect=True) from None
+        changed = changed_arguments(output, reference)
+        if changed:
+            raise TimingRefused(f"{label}: {changed}")
         if opening is None:
             return
         recomputed = self._ref(
