@@ -41,7 +41,7 @@ def test_offline_optimize_returns_a_verified_faster_kernel(tmp_path):
         "--threads",
         "1",
         "--timing-budget",
-        "0.3",
+        "1.0",  # long enough that a 2-wide test run's load rarely leaves it unstable twice
         "--max-evals",
         "6",
         "--iters",
@@ -56,7 +56,8 @@ def test_offline_optimize_returns_a_verified_faster_kernel(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
-    assert report["improved"] is True and report["verdict"] == "correct", report
+    fates = [(c["plan"], c["fate"], c["verdict"], c["reason"]) for c in report["candidates"]]
+    assert report["improved"] is True and report["verdict"] == "correct", fates
     assert report["speedup"] > 1.0
     assert report["tokens"] == 0 and report["cost_usd"] == 0
     assert report["output"] == str(out)
@@ -152,7 +153,8 @@ def test_offline_optimize_runs_unchanged_on_the_ray_backend(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
-    assert report["improved"] is True and report["verdict"] == "correct", report
+    fates = [(c["plan"], c["fate"], c["verdict"], c["reason"]) for c in report["candidates"]]
+    assert report["improved"] is True and report["verdict"] == "correct", fates
     assert ".sum(" in out.read_text()
 
 
