@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.sandbox.devicelock import DeviceLock, default_lock_dir
+from agents.evaluate import evaluate
+from agents.sandbox.devicelock import DeviceGate, DeviceLock
+from agents.task import SourceFile
 from agents.verify.verdict import Verdict
-from tests.conftest import ADVERSARIAL, FAST, ROOT, requires_jail, run_eval
+from tests.conftest import ADVERSARIAL, FAST, PROBLEMS, ROOT, requires_jail, run_eval
 
 CHEATS = sorted(ADVERSARIAL.glob("*.py"))
 FIELDS = ("problem", "static", "runtime", "expect", "limits", "options")
@@ -163,23 +165,30 @@ def test_the_jail_holds_against_a_root_escape_through_libc():
     assert not Path("/etc/kernel-agent-escape").exists()
 
 
-def test_a_hang_in_timing_frees_the_device_at_its_deadline():
-    """The timed call hangs: the verdict comes at the run deadline, and the machine-wide
-    timing lock is free the moment it does (it was held for 300 s before)."""
+def test_a_hang_in_timing_frees_the_device_at_its_deadline(tmp_path):
+    """The timed call hangs: the verdict comes at the run deadline, and the timing lock is
+    free the moment it does (it was held for 300 s before). The lock is one of the test's
+    own (a `DeviceGate` over a private folder, as `evaluate` takes the machine-wide one):
+    under pytest-xdist the other worker's evaluations hold the machine-wide lock whenever
+    they time, which says nothing of this one's."""
     spec = header(ADVERSARIAL / "hang_in_timing.py")
     started = time.monotonic()
-    result = run_eval(
-        spec["problem"],
-        ADVERSARIAL / "hang_in_timing.py",
-        static_check=False,
-        limits=replace(FAST.limits, run_timeout_s=4),
-        timing_budget_s=30,
+    result = evaluate(
+        SourceFile.from_path(PROBLEMS / spec["problem"]),
+        SourceFile.from_path(ADVERSARIAL / "hang_in_timing.py"),
+        replace(
+            FAST,
+            static_check=False,
+            limits=replace(FAST.limits, run_timeout_s=4),
+            timing_budget_s=30,
+        ),
+        gate=DeviceGate("cpu", tmp_path),
     )
     assert result.verdict is Verdict.TIMEOUT, result.reasons
     assert time.monotonic() - started < 60
     give_up = threading.Event()
     threading.Timer(1.0, give_up.set).start()
-    lock = DeviceLock(default_lock_dir(), "cpu")
+    lock = DeviceLock(tmp_path, "cpu")
     assert lock.acquire(give_up), "the device's timing lock is still held"
     lock.release()
 
