@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, one part at a time, each resumable and each inside a time budget:
-#   a  the CUDA tests: pytest -m cuda tests/test_triton_gemm.py tests/test_tuning_memory.py
-#      tests/test_conv_tuning.py tests/test_cuda.py (one outcome per test; a rerun runs the rest)
+#   a  the CUDA tests: pytest -m cuda tests/integration/test_triton_gemm.py tests/integration/test_tuning_memory.py
+#      tests/integration/test_conv_tuning.py tests/integration/test_cuda.py (one outcome per test; a rerun runs the rest)
 #   b  fast verdicts: bench/verdict_times.py --pool (targets on CUDA: median fresh verdict under
 #      15 s, none over 40 s)
 #   c  the triton-gemm pass's tile and accuracy table (bench/triton_gemm_accuracy.py, CUDA only;
@@ -177,8 +177,8 @@ skip() { helper skip "$1" 0 "$2"; }
 part_a() {
   [ "$device" = cuda ] || { skip a "needs CUDA"; return; }
   local log=$out/a.log
-  "$PY" -m pytest --collect-only -q -m cuda -p no:cacheprovider tests/test_triton_gemm.py \
-    tests/test_tuning_memory.py tests/test_conv_tuning.py tests/test_cuda.py \
+  "$PY" -m pytest --collect-only -q -m cuda -p no:cacheprovider tests/integration/test_triton_gemm.py \
+    tests/integration/test_tuning_memory.py tests/integration/test_conv_tuning.py tests/integration/test_cuda.py \
     > "$work/a-collected.txt" 2>> "$log"
   mapfile -t pending < <(helper pending a)
   # each failure's reason as it happens (tests/conftest.py): a cut run prints no -rfE summary

@@ -12,7 +12,7 @@ a codeLens request, and notes the RSS again. Last, it opens a ~5 MB Python file 
 one-line edits: didChange, then codeLens, until the code lenses arrive (median of --edits,
 --gap-ms apart: the pause lets the previous edit's diagnostics go out first).
 
-`tests/test_lsp_fuzz.py` runs the same frames (fewer) with asserts; this prints figures.
+`tests/e2e/test_lsp_fuzz.py` runs the same frames (fewer) with asserts; this prints figures.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$out/gpu.txt"
 command -v bwrap && echo "bwrap available" | tee -a "$out/gpu.txt"
-PYTHONUNBUFFERED=1 python3 -m pytest tests/test_cuda.py -v -p no:cacheprovider 2>&1 | tee "$out/pytest_cuda.log"
+PYTHONUNBUFFERED=1 python3 -m pytest tests/integration/test_cuda.py -v -p no:cacheprovider 2>&1 | tee "$out/pytest_cuda.log"
 for pair in "tests/cuda/elementwise.py tests/cuda/elementwise_cuda.py" \
             "tests/cuda/elementwise.py tests/cuda/elementwise_side_stream.py" \
             "examples/gemm_divide_sum_scale.py examples/gemm_divide_sum_scale_new.py"; do

@@ -44,7 +44,7 @@ left() { echo $((deadline - SECONDS)); }
 if [ "$part" = 1 ]; then
   timeout 120 python3 bench/cuda_context_switch.py "$out/context_switch.json" 2>&1 \
     | tee "$out/context_switch.log"
-  timeout 330 python3 -m pytest tests/test_cuda.py -v -p no:cacheprovider 2>&1 \
+  timeout 330 python3 -m pytest tests/integration/test_cuda.py -v -p no:cacheprovider 2>&1 \
     | tee "$out/pytest_cuda.log" | tail -n 25
   [ "$(left)" -gt 40 ] && timeout "$(left)" python3 bench/cuda_timing_check.py \
     "$out/cuda_timing.json" > "$out/cuda_timing.log" 2>&1

@@ -132,7 +132,8 @@ def _no_orphaned_sandbox(request):
 def _pools_closed_after_each_test(monkeypatch):
     """Every LocalPool a test makes is closed when the test ends: a pool keeps warm reference
     workers and spare candidate workers alive for 30 s, and a later test that counts or kills
-    sandboxed workers (tests/test_evalpool_ray.py) must never see one left by another test."""
+    sandboxed workers (tests/integration/test_evalpool_ray.py) must never see one left by
+    another test."""
     made: list[LocalPool] = []
     original = LocalPool.__init__
 

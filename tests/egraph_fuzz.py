@@ -6,7 +6,7 @@ vocabulary: linear, conv, reductions, max(...).values, pooling, elementwise maps
 arithmetic, min/max/clamp, norms, softmax, transposes and dropout. The pass rewrites it; the
 rewrite runs on fresh inputs with the same weights and random seed, and its output must pass
 the verifier's float64 rule against the original (agents/verify/compare.py). Used by
-tests/test_egraph_fuzz.py (500 programs in CI) and bench/egraph_fuzz.py (10,000).
+tests/integration/test_egraph_fuzz.py (500 programs in CI) and bench/egraph_fuzz.py (10,000).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""How each rule's left-hand sides are drawn for its property test (tests/test_egraph_rules.py):
+"""How each rule's left-hand sides are drawn for its property test
+(tests/integration/test_egraph_rules.py):
 random ranks and sizes, random values, constants where the rule allows them, bounds built from
 the term itself. One drawing per catalogued rule, in `INSTANCES` (the drawings for linear maps,
 folds and reductions, and no-ops and views, are in tests/egraph_instances_linear.py, _fold.py

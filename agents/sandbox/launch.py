@@ -47,9 +47,9 @@ from agents.sandbox.quota import (
 
 PROCESS_HEADROOM = 16
 """Tasks beyond max_processes + threads + cores: bubblewrap's own two processes, Python's and
-CUDA's helper threads. Measured (tests/test_jail.py, the compilers test, which samples the
-jail's task count): torch imported, a load_inline build (ninja, g++, cc1plus, as) and a
-torch.compile on the CPU peak at 8 tasks with one compute thread on 2 cores, so the cap
+CUDA's helper threads. Measured (tests/integration/test_jail.py, the compilers test, which
+samples the jail's task count): torch imported, a load_inline build (ninja, g++, cc1plus,
+as) and a torch.compile on the CPU peak at 8 tasks with one compute thread on 2 cores, so the cap
 (64 + threads + cores + 16) leaves an honest candidate far more than it uses, and a fork
 loop stops within a hundred tasks of starting."""
 

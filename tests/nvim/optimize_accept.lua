@@ -1,4 +1,4 @@
--- A real Neovim (0.11+) as the language server's client, driven headless by tests/test_neovim.py:
+-- A real Neovim (0.11+) as the language server's client, driven headless by tests/e2e/test_neovim.py:
 --
 --   nvim --headless -u NONE -i NONE -l tests/nvim/optimize_accept.lua
 --

@@ -1,0 +1,1 @@
+"""End-to-end tests: the language server over stdio (pytest-lsp, raw frames), Neovim."""

@@ -1,0 +1,1 @@
+"""Unit tests: in-process only (no subprocess, sandbox, pool or LSP server), fast."""
