@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from agents.search.typed_json import JSONShapeError, read_fields
+
 
 @dataclass(frozen=True)
 class SearchEvent:
@@ -13,6 +15,19 @@ class SearchEvent:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self)}
+
+    @staticmethod
+    def from_json(data: Any) -> SearchEvent:
+        """The event `to_json` wrote, as its own class; JSONShapeError (a ValueError) names
+        an unknown kind or the first field that does not fit."""
+        if not isinstance(data, dict):
+            raise JSONShapeError(f"a search event must be a JSON object, not {type(data).__name__}")
+        kind = data.get("kind")
+        cls = EVENT_KINDS.get(kind) if isinstance(kind, str) else None
+        if cls is None:
+            known = ", ".join(EVENT_KINDS)
+            raise JSONShapeError(f"unknown search event kind {kind!r:.40}: expected one of {known}")
+        return cls(**read_fields(cls, data, f"{kind} event"))
 
 
 @dataclass(frozen=True)
@@ -94,3 +109,19 @@ class Finished(SearchEvent):
 class Failed(SearchEvent):
     kind: ClassVar[str] = "failed"
     reason: str
+
+
+EVENT_KINDS: dict[str, type[SearchEvent]] = {
+    cls.kind: cls
+    for cls in (
+        Started,
+        Profiled,
+        IterationStarted,
+        PlanMade,
+        CandidateEvaluated,
+        NewBest,
+        Finished,
+        Failed,
+    )
+}
+"""Each event class by the `kind` its JSON carries."""

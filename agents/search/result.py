@@ -4,11 +4,12 @@ trajectory, and what it cost. Also the trajectory plot."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.search.fates import CandidateFate, fates_from_json
+from agents.search.typed_json import JSONShapeError, read_fields
 
 
 @dataclass
@@ -24,6 +25,10 @@ class TrajectoryPoint:
     best_speedup: float  # best verified so far, after this evaluation
     elapsed_s: float
     reason: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> TrajectoryPoint:
+        return cls(**read_fields(cls, data, "trajectory point"))
 
 
 @dataclass
@@ -70,16 +75,16 @@ class SearchResult:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SearchResult:
+    def from_json(cls, data: Any) -> SearchResult:
         """The result `to_json` wrote (its derived keys, such as `tokens`, are recomputed),
-        so a saved result reads back equal to the one that was saved."""
-        names = {f.name for f in fields(cls)} - {"trajectory", "candidates"}
-        values = {k: v for k, v in data.items() if k in names}
-        return cls(
-            **values,
-            trajectory=[TrajectoryPoint(**p) for p in data.get("trajectory") or []],
-            candidates=fates_from_json(data.get("candidates")),
-        )
+        so a saved result reads back equal to the one that was saved. A NaN that travelled
+        as null reads back as NaN; a wrong value raises JSONShapeError naming its field.
+        Candidates that cannot be read are left out, as `fates_from_json` does for reports
+        written before fates were kept."""
+        if not isinstance(data, dict):
+            raise JSONShapeError(f"a search result must be an object, not {type(data).__name__}")
+        values = read_fields(cls, {k: v for k, v in data.items() if k != "candidates"}, "result")
+        return cls(**values, candidates=fates_from_json(data.get("candidates")))
 
     def write_trajectory(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
