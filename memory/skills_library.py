@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from memory.devices import DEVICES
+
 SKILLS_DIR = Path(__file__).resolve().parent / "skills"
 _ROOT = SKILLS_DIR.parent.parent
 
@@ -62,7 +64,6 @@ CODE_FEATURES = (
     "sdpa",
     "manual_attention",
 )
-DEVICES = ("cpu", "cuda")
 DTYPES = (
     "float64",
     "float32",
