@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
-import shutil
 import signal
 import sqlite3
 import sys
@@ -604,10 +603,3 @@ async def test_profile_on_save_marks_hot_lines(client: LanguageClient, tmp_path)
     found = await wait_for(hot, timeout=JOB_TIMEOUT_S, what="profile diagnostics")
     assert all(d.source == "kernel-agent" and "% of time" in d.message for d in found)
     assert not any("profiled" in m.message for m in lsp.messages)  # on save: quiet
-
-
-def test_serve_subcommand_is_wired():
-    from agents.cli import main
-
-    assert main(["serve", "--tcp", "nonsense"]) == 2
-    assert shutil.which(sys.executable)
