@@ -22,6 +22,7 @@ Backends, behind the same `EvalService` interface:
 """
 
 from agents.evalpool.arguments import PoolArgumentError, add_pool_arguments, pool_settings
+from agents.evalpool.backends import make_pool
 from agents.evalpool.local import LocalPool, pin_env
 from agents.evalpool.service import (
     BACKENDS,
@@ -32,7 +33,6 @@ from agents.evalpool.service import (
     PoolSettings,
     PoolSetupError,
     default_build_slots,
-    make_pool,
 )
 
 __all__ = [

@@ -94,25 +94,3 @@ class EvalService(Protocol):
         """End the pool: what still runs is cancelled, and what the pool started (a local
         Ray) is shut down."""
         ...
-
-
-def make_pool(settings: PoolSettings | None = None, on_event: EventCallback | None = None):
-    """The backend `settings` names."""
-    settings = settings or PoolSettings()
-    if settings.backend == "local":
-        from agents.evalpool.local import LocalPool
-
-        return LocalPool(settings, on_event)
-    if settings.backend == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise PoolSetupError(
-                "the ray backend needs Ray: pip install 'kernel-agent[ray]'"
-            ) from None
-        from agents.evalpool.ray_pool import RayPool
-
-        return RayPool(settings, on_event)
-    raise PoolSetupError(
-        f"unknown evaluation backend {settings.backend!r}: use one of {', '.join(BACKENDS)}"
-    )
