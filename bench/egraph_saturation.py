@@ -19,9 +19,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agents.offline import fxtools as fx  # noqa: E402
 from agents.offline.egraph.lower import lower  # noqa: E402
 from agents.offline.egraph.saturate import saturate  # noqa: E402
+from agents.offline.fx import tracing  # noqa: E402
 from agents.offline.passes.base import Program  # noqa: E402
 from agents.task import SourceFile, build_model, call_factory, load_problem  # noqa: E402
 
@@ -38,12 +38,12 @@ def measure(path: Path) -> dict:
     program = Program(source.text, "Model", model, inputs, init, "cpu")
     started = time.process_time()
     try:
-        gm = fx.trace(program)
+        gm = tracing.trace(program)
         low = lower(gm)
         if not any(term is not None for term in low.outputs):  # tuples are saturated whole
             return {"problem": path.stem, "skipped": "no tensor output the rules can read"}
         found = saturate(low, "cpu")
-    except fx.TraceError as error:
+    except tracing.TraceError as error:
         return {"problem": path.stem, "skipped": str(error)[:120]}
     return {
         "problem": path.stem,

@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.base import Program, Rewrite
 from agents.offline.passes.triton_gemm import build
 from agents.task import SourceFile, apply_size, build_model, call_factory, load_problem

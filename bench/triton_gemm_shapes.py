@@ -38,7 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.offline.fxtools import apply_general_first  # noqa: E402
+from agents.offline.fx.tracing import apply_general_first  # noqa: E402
 from agents.offline.passes.base import Program  # noqa: E402
 from agents.offline.passes.triton_gemm import TritonGemm  # noqa: E402
 from agents.offline.passes.triton_gemm_kernel import describe_config  # noqa: E402

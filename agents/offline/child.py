@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
 def _rewrite(request: dict[str, Any], channel) -> dict[str, Any]:
     import torch
 
-    from agents.offline.fxtools import apply_general_first
+    from agents.offline.fx.tracing import apply_general_first
     from agents.offline.passes.base import PassError, Program
     from agents.offline.registry import get_pass
     from agents.task import (

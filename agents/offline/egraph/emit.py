@@ -16,10 +16,10 @@ import torch.fx
 import torch.nn.functional as F
 from egglog import get_callable_args, get_callable_fn, get_literal_value
 
-from agents.offline import fxtools as fx
 from agents.offline.egraph.lower import Lowered
 from agents.offline.egraph.lower_ops import tensor_arguments as fx_tensor_arguments
 from agents.offline.egraph.terms import unpack
+from agents.offline.fx import graph_edit, ops, tracing
 
 UNARY = {
     "relu": torch.relu,
@@ -75,7 +75,7 @@ def _reads(node: torch.fx.Node) -> list[Any]:
     while stack:
         current = stack.pop()
         found.append(current)
-        if fx.op_name(current) in SIZE_READS or current.target is getattr:
+        if ops.op_name(current) in SIZE_READS or current.target is getattr:
             stack.extend(current.all_input_nodes)
     return found
 
@@ -96,7 +96,7 @@ class Emitter:
     def __init__(self, low: Lowered) -> None:
         self.low = low
         self.graph = low.gm.graph
-        self.build = fx.Builder(self.graph)
+        self.build = graph_edit.Builder(self.graph)
         # Keyed by the term's text: egglog's hash of a term mixes Python's hashes of its
         # literals, and hash(-1.0) == hash(-2.0), so two constants would share one node.
         self._done: dict[tuple[str, bool], Any] = {}
@@ -106,7 +106,7 @@ class Emitter:
         for node, term in low.terms.items():
             if node.op not in ("placeholder", "get_attr", "output") and node not in low.stale:
                 self._done.setdefault((str(term), False), node)
-        self._scalars: set[Any] = {n for n in low.leaves if fx.self_scalar(n) is not None}
+        self._scalars: set[Any] = {n for n in low.leaves if tracing.self_scalar(n) is not None}
         # Set while writing before an op kept in place: only what is computed before it
         # may be read (the original nodes after it are not there yet).
         self.before: torch.fx.Node | None = None
@@ -223,7 +223,7 @@ class Emitter:
         that has one read off the new form (x.view(x.size(0), -1) must not keep the old x)."""
         if value in mapping:
             return mapping[value]
-        size_like = fx.op_name(value) in SIZE_READS or (
+        size_like = ops.op_name(value) in SIZE_READS or (
             isinstance(value, torch.fx.Node)
             and value.op == "call_function"
             and value.target is getattr

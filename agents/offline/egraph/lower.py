@@ -19,10 +19,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from egglog import EGraph, i64, set_, union
 
-from agents.offline import fxtools as fx
-from agents.offline.egraph import lower_ops as ops
+from agents.offline.egraph import lower_ops
 from agents.offline.egraph.analysis import SHAPE_KEEPING_UNARY
 from agents.offline.egraph.terms import T, crank, csize, groups, rank, size
+from agents.offline.fx import effects, ops, tracing
 
 Node = torch.fx.Node
 
@@ -150,7 +150,7 @@ def _shape_of(gm: torch.fx.GraphModule, node: Any) -> tuple[int, ...] | None:
     if isinstance(node, str):
         value = gm.get_parameter(node) if _is_param(gm, node) else gm.get_buffer(node)
         return tuple(value.shape)
-    return fx.tensor_shape(node)
+    return ops.tensor_shape(node)
 
 
 def _is_param(gm: torch.fx.GraphModule, target: str) -> bool:
@@ -168,13 +168,15 @@ def lower(gm: torch.fx.GraphModule) -> Lowered:
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             low.terms[node] = low.leaf(node, known_sizes=False)
-            if fx.tensor_shape(node) is not None:
+            if ops.tensor_shape(node) is not None:
                 low.inputs.append(node)
         elif node.op == "get_attr":
             low.terms[node] = low.leaf(node, known_sizes=True)
         elif node.op == "output":
             _outputs(low, node.args[0])
-        elif fx.self_scalar(node) is not None:  # a float read from self: a scalar, value unknown
+        elif (
+            tracing.self_scalar(node) is not None
+        ):  # a float read from self: a scalar, value unknown
             term = low.leaf(node, known_sizes=False)
             low.facts += [set_(rank(term)).to(i64(0)), set_(crank(term)).to(i64(0))]
             low.terms[node] = term
@@ -186,7 +188,7 @@ def lower(gm: torch.fx.GraphModule) -> Lowered:
                 term = low.leaf(node, known_sizes=False)
                 _anchor(low, node)
             low.terms[node] = term
-            if fx.is_mutating(gm, node):
+            if effects.is_mutating(gm, node):
                 _written(low, node, same_tensor)
     _pin(low)
     return low
@@ -204,7 +206,7 @@ def _pin(low: Lowered) -> None:
     anchored = {anchor.node for anchor in low.anchors}
     roots, seen = [], set()
     for node in gm.graph.nodes:
-        if not node.op.startswith("call_") or node in anchored or not fx.has_effects(gm, node):
+        if not node.op.startswith("call_") or node in anchored or not effects.has_effects(gm, node):
             continue
         if not str(low.terms.get(node)).startswith("T.leaf("):
             continue
@@ -226,7 +228,7 @@ def _pin(low: Lowered) -> None:
         if node not in seen or not node.op.startswith("call_") or node in low.stale:
             continue
         term = low.terms.get(node)
-        if term is None or fx.self_scalar(node) is not None:
+        if term is None or tracing.self_scalar(node) is not None:
             continue
         if str(term).startswith("T.leaf("):
             low.free.add(low.leaves.index(node))
@@ -242,12 +244,12 @@ def _opaque(low: Lowered, node: Node) -> Any:
     (pooling, indexing, a view, cat, a module without buffers): `T.opaque`, the same call on
     its arguments' terms, so that the rules still work inside them. An op that must run as
     written (an in-place write, a module with buffers, a random op) stays a leaf."""
-    dtype = fx.tensor_dtype(node)
-    if dtype is None or not dtype.is_floating_point or fx.tensor_shape(node) is None:
+    dtype = ops.tensor_dtype(node)
+    if dtype is None or not dtype.is_floating_point or ops.tensor_shape(node) is None:
         return None
-    if not node.op.startswith("call_") or fx.has_effects(low.gm, node):
+    if not node.op.startswith("call_") or effects.has_effects(low.gm, node):
         return None
-    tensors = ops.tensor_arguments(node)
+    tensors = lower_ops.tensor_arguments(node)
     if not tensors or not all(a in low.terms for a in tensors):
         return None
     arguments = T.none()
@@ -255,7 +257,7 @@ def _opaque(low: Lowered, node: Node) -> Any:
         arguments = T.cons(low.terms[argument], arguments)
     low.leaves.append(node)  # by index, as a leaf: the node to copy, its example shape
     term = T.opaque(len(low.leaves) - 1, arguments)
-    low.shape_facts(term, fx.tensor_shape(node), known_sizes=False)
+    low.shape_facts(term, ops.tensor_shape(node), known_sizes=False)
     return term
 
 
@@ -264,18 +266,18 @@ def _anchor(low: Lowered, node: Node) -> None:
     such as BatchNorm or a random op, or one whose result no term holds, such as a size or a
     tuple): it stays where it is and its tensor arguments are rewritten in place (Anchor).
     One that must run is computed anyway: its leaf is free."""
-    if not node.op.startswith("call_") or fx.is_mutating(low.gm, node):
+    if not node.op.startswith("call_") or effects.is_mutating(low.gm, node):
         return
-    module = fx.call_module(low.gm, node)
+    module = ops.call_module(low.gm, node)
     if module is not None and not type(module).__module__.startswith("torch.nn."):
         return  # a module of the user's: it may write its input in place
-    if _anchor_arguments(low, node) and fx.has_effects(low.gm, node):
+    if _anchor_arguments(low, node) and effects.has_effects(low.gm, node):
         low.free.add(len(low.leaves) - 1)
 
 
 def _anchor_arguments(low: Lowered, node: Node) -> bool:
     """Let the node's tensor arguments take new forms, the node staying where it is."""
-    tensors = ops.tensor_arguments(node)
+    tensors = lower_ops.tensor_arguments(node)
     if not tensors or not all(a in low.terms for a in tensors):
         return False
     low.anchors.append(Anchor(node, tensors, [low.terms[a] for a in tensors]))
@@ -292,12 +294,12 @@ def _outputs(low: Lowered, value: Any) -> None:
 
 
 def _written(low: Lowered, node: Node, same_tensor: dict[Node, list[Node]]) -> None:
-    """An in-place write (a private one: fx.mutates_anything let the graph through). Its
+    """An in-place write (a private one: effects.mutates_anything let the graph through). Its
     target, and every earlier node that is the same tensor (earlier in-place ops on it), is
     stale from here on; readers after the write read the written value, which is the write's
     own term (an in-place op returns its target)."""
     target = node.args[0] if node.args else None
-    if not isinstance(target, Node) or fx.tensor_meta(node) is None:
+    if not isinstance(target, Node) or ops.tensor_meta(node) is None:
         low.unsupported = f"{node.name} writes in place and returns no tensor"
         return
     base = next((b for b, nodes in same_tensor.items() if target in nodes), target)
@@ -333,11 +335,11 @@ def _value(low: Lowered, value: Any) -> Any:
 
 
 def _tensor(low: Lowered, value: Any) -> Any:
-    return low.terms.get(value) if isinstance(value, Node) and fx.tensor_shape(value) else None
+    return low.terms.get(value) if isinstance(value, Node) and ops.tensor_shape(value) else None
 
 
 def _dim(node: Any, dim: Any) -> int | None:
-    shape = fx.tensor_shape(node)
+    shape = ops.tensor_shape(node)
     if shape is None or isinstance(dim, bool) or not isinstance(dim, int):
         return None
     if not -len(shape) <= dim < max(len(shape), 1):
@@ -346,8 +348,8 @@ def _dim(node: Any, dim: Any) -> int | None:
 
 
 def _term(low: Lowered, node: Node) -> Any:
-    dtype = fx.tensor_dtype(node)
-    if fx.tensor_shape(node) is None or dtype is None or not dtype.is_floating_point:
+    dtype = ops.tensor_dtype(node)
+    if ops.tensor_shape(node) is None or dtype is None or not dtype.is_floating_point:
         return None  # tuples, scalars, sizes, integer tensors: kept as they are
     if not _one_dtype(node, dtype):
         return None  # a promoting op: the rules assume a term has its operands' dtype
@@ -360,7 +362,7 @@ def _term(low: Lowered, node: Node) -> Any:
         return _scalar_tensor(node)
     if node.op == "call_module":
         return _module_term(low, node)
-    name = fx.op_name(node)
+    name = ops.op_name(node)
     target = node.target
     if node.op == "call_function" and target in UNARY_FUNCTIONS and _only_input(node):
         a = _tensor(low, node.args[0])
@@ -372,7 +374,7 @@ def _term(low: Lowered, node: Node) -> Any:
         return T.un(UNARY_METHODS[target], a) if a is not None else None
     if target in (torch.min, torch.max) and len(node.args) == 2 and not node.kwargs:
         other = node.args[1]
-        if isinstance(other, Node) and fx.tensor_shape(other) is not None:
+        if isinstance(other, Node) and ops.tensor_shape(other) is not None:
             target = torch.minimum if target is torch.min else torch.maximum
     binary = BINARY.get(target) if node.op == "call_function" else BINARY_METHODS.get(target)
     if binary is not None and len(node.args) == 2 and not node.kwargs:
@@ -387,13 +389,13 @@ def _term(low: Lowered, node: Node) -> Any:
     if name in REDUCTIONS:
         return _reduction(low, node, name)
     if name in ("softmax", "log_softmax"):
-        args = fx.arguments(node, ("input", "dim", "_stacklevel", "dtype"))
+        args = ops.arguments(node, ("input", "dim", "_stacklevel", "dtype"))
         if not args or set(args) - {"input", "dim", "_stacklevel"}:
             return None
         a, dim = _tensor(low, args.get("input")), _dim(args.get("input"), args.get("dim"))
         return T.soft(name, a, dim) if a is not None and dim is not None else None
     if name == "linear":
-        args = fx.arguments(node, ("input", "weight", "bias"))
+        args = ops.arguments(node, ("input", "weight", "bias"))
         if not args or set(args) - {"input", "weight", "bias"}:
             return None
         x, w = _tensor(low, args.get("input")), _tensor(low, args.get("weight"))
@@ -404,10 +406,10 @@ def _term(low: Lowered, node: Node) -> Any:
         return T.matmul(a, b) if a is not None and b is not None and not node.kwargs else None
     if name == "diag" and len(node.args) == 1 and not node.kwargs:
         v = _tensor(low, node.args[0])
-        return T.diag(v) if v is not None and len(fx.tensor_shape(node.args[0])) == 1 else None
+        return T.diag(v) if v is not None and len(ops.tensor_shape(node.args[0])) == 1 else None
     if name == "unsqueeze" and len(node.args) == 2 and not node.kwargs:
         a, dim = _tensor(low, node.args[0]), node.args[1]
-        rank_out = len(fx.tensor_shape(node))
+        rank_out = len(ops.tensor_shape(node))
         if a is None or not isinstance(dim, int) or not -rank_out <= dim < rank_out:
             return None
         return T.unsqueeze(a, dim % rank_out)
@@ -417,32 +419,32 @@ def _term(low: Lowered, node: Node) -> Any:
 def _one_dtype(node: Node, dtype: torch.dtype) -> bool:
     """Every tensor operand has the result's dtype."""
     operands = [*node.args, *node.kwargs.values()]
-    return all(fx.tensor_dtype(a) in (None, dtype) for a in operands if isinstance(a, Node))
+    return all(ops.tensor_dtype(a) in (None, dtype) for a in operands if isinstance(a, Node))
 
 
 def _kept_or_moved(low: Lowered, node: Node) -> Any:
     """No-ops (their own term, which a rule removes), permutations, squeezes of a dim made
     1, and addmm (a scaled linear map of the transposed matrix)."""
-    found = ops.no_op(low.gm, node)
+    found = lower_ops.no_op(low.gm, node)
     if found is not None:
         a = _tensor(low, found[1])
         return T.un(found[0], a) if a is not None else None
-    permuted = ops.permutation(node)
+    permuted = lower_ops.permutation(node)
     if permuted is not None:
         a = _tensor(low, permuted[0])
-        return ops.permute_term(a, permuted[1]) if a is not None else None
-    squeezed = ops.squeeze_of_made_dim(node)
+        return lower_ops.permute_term(a, permuted[1]) if a is not None else None
+    squeezed = lower_ops.squeeze_of_made_dim(node)
     if squeezed is not None:
         a = _tensor(low, squeezed[0])
         return T.squeeze(a, squeezed[1]) if a is not None else None
-    addmm = ops.addmm_parts(node)
+    addmm = lower_ops.addmm_parts(node)
     if addmm is None:
         return None
     bias, x, matrix, beta, alpha = addmm
     b, xt, m = _tensor(low, bias), _tensor(low, x), _tensor(low, matrix)
     if None in (b, xt, m) or beta == 0:  # beta=0: the input is not read, even a nan
         return None
-    if len(fx.tensor_shape(x)) != 2 or len(fx.tensor_shape(matrix)) != 2:
+    if len(ops.tensor_shape(x)) != 2 or len(ops.tensor_shape(matrix)) != 2:
         return None
     scaled_bias = b if beta == 1 else T.bin("mul", b, T.const(beta))
     return T.scaled_linear(xt, T.transpose(m, 0, 1), scaled_bias, T.const(alpha))
@@ -453,10 +455,10 @@ def _max_values(low: Lowered, node: Node) -> Any:
     source, part = node.args[0], node.args[1] if len(node.args) > 1 else None
     if part not in ("values", 0) or not isinstance(source, Node):
         return None
-    name = fx.op_name(source)
+    name = ops.op_name(source)
     if name not in ("max", "min"):
         return None
-    args = fx.arguments(source, ("input", "dim", "keepdim"))
+    args = ops.arguments(source, ("input", "dim", "keepdim"))
     if not args or set(args) - {"input", "dim", "keepdim"} or args.get("dim") is None:
         return None
     x, dim, keep = args.get("input"), args.get("dim"), args.get("keepdim", False)
@@ -473,7 +475,7 @@ def _scalar_tensor(node: Node) -> Any:
     value = node.args[0]
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if fx.tensor_dtype(node) != torch.float32:
+    if ops.tensor_dtype(node) != torch.float32:
         return None
     return T.const(float(value))
 
@@ -487,7 +489,7 @@ def _only_input(node: Node) -> bool:
 
 
 def _clamp(low: Lowered, node: Node) -> Any:
-    args = fx.arguments(node, ("input", "min", "max"))
+    args = ops.arguments(node, ("input", "min", "max"))
     if not args or set(args) - {"input", "min", "max"}:
         return None
     a = _tensor(low, args.get("input"))
@@ -504,7 +506,7 @@ def _clamp(low: Lowered, node: Node) -> Any:
 
 
 def _reduction(low: Lowered, node: Node, name: str) -> Any:
-    args = fx.arguments(node, ("input", "dim", "keepdim"))
+    args = ops.arguments(node, ("input", "dim", "keepdim"))
     if not args or set(args) - {"input", "dim", "keepdim"}:
         return None
     x, dim, keep = args.get("input"), args.get("dim"), args.get("keepdim", False)
@@ -517,7 +519,7 @@ def _reduction(low: Lowered, node: Node, name: str) -> Any:
 
 
 def _module_term(low: Lowered, node: Node) -> Any:
-    module = fx.call_module(low.gm, node)
+    module = ops.call_module(low.gm, node)
     if module is None or len(node.args) != 1 or node.kwargs:
         return None
     x = _tensor(low, node.args[0])
@@ -531,7 +533,7 @@ def _module_term(low: Lowered, node: Node) -> Any:
         b = low.leaf(f"{node.target}.bias", True) if module.bias is not None else T.none()
         return T.linear(x, w, b)
     dims = CONV_MODULES.get(type(module))
-    batched = dims is not None and len(fx.tensor_shape(node.args[0]) or ()) == dims + 2
+    batched = dims is not None and len(ops.tensor_shape(node.args[0]) or ()) == dims + 2
     if batched and module.padding_mode == "zeros" and isinstance(module.padding, tuple):
         low.convs.append(
             ConvSpec(dims, module.stride, module.padding, module.dilation, module.groups)

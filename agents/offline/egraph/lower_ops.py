@@ -18,8 +18,8 @@ import torch
 import torch.fx
 import torch.nn as nn
 
-from agents.offline import fxtools as fx
 from agents.offline.egraph.terms import MAX_RANK, T, pack
+from agents.offline.fx import ops
 
 Node = torch.fx.Node
 
@@ -44,7 +44,7 @@ _SWAPS = ("transpose", "swapaxes", "swapdims")
 def inactive_dropout(gm: torch.fx.GraphModule, node: Node) -> Node | None:
     """The input of a dropout that draws nothing and returns its input: p == 0, or
     training=False written in the call (a module's p only: its mode changes at run time)."""
-    module = fx.call_module(gm, node)
+    module = ops.call_module(gm, node)
     if module is not None:
         if not isinstance(module, DROPOUT_MODULES) or module.p != 0 or module.inplace:
             return None
@@ -52,16 +52,16 @@ def inactive_dropout(gm: torch.fx.GraphModule, node: Node) -> Node | None:
         return x if isinstance(x, Node) else None
     if node.op not in ("call_function", "call_method"):
         return None
-    if fx.op_name(node) not in DROPOUT_FUNCTIONS:
+    if ops.op_name(node) not in DROPOUT_FUNCTIONS:
         return None
-    args = fx.arguments(node, ("input", "p", "training", "inplace"))
+    args = ops.arguments(node, ("input", "p", "training", "inplace"))
     if not args or set(args) - {"input", "p", "training", "train", "inplace"}:
         return None
     x, p = args.get("input"), args.get("p", 0.5)
     training = args.get("training", args.get("train", True))
     if not isinstance(x, Node) or args.get("inplace", False) is not False:
         return None
-    off = (fx.is_scalar(p) and p == 0) or training is False
+    off = (ops.is_scalar(p) and p == 0) or training is False
     return x if off else None
 
 
@@ -70,14 +70,14 @@ def no_op(gm: torch.fx.GraphModule, node: Node) -> tuple[str, Node] | None:
     dropped = inactive_dropout(gm, node)
     if dropped is not None:
         return ("inactive_dropout", dropped) if _same(node, dropped) else None
-    module = fx.call_module(gm, node)
+    module = ops.call_module(gm, node)
     if module is not None:
         x = node.args[0] if len(node.args) == 1 and not node.kwargs else None
         ok = isinstance(module, nn.Identity) and isinstance(x, Node) and _same(node, x)
         return ("identity", x) if ok else None
     if node.op not in ("call_function", "call_method") or not node.args:
         return None
-    name, x = fx.op_name(node), node.args[0]
+    name, x = ops.op_name(node), node.args[0]
     if not isinstance(x, Node) or not _same(node, x):
         return None
     rest, kwargs = node.args[1:], dict(node.kwargs)
@@ -87,7 +87,7 @@ def no_op(gm: torch.fx.GraphModule, node: Node) -> tuple[str, Node] | None:
     if name == "contiguous" and not rest and set(kwargs) <= {"memory_format"}:
         fmt = kwargs.get("memory_format", torch.contiguous_format)
         return ("contiguous", x) if fmt == torch.contiguous_format else None
-    dtype = fx.tensor_dtype(x)
+    dtype = ops.tensor_dtype(x)
     if node.op == "call_method" and name in _CASTS and not rest and not kwargs:
         return ("same_cast", x) if _CASTS[name] == dtype else None
     if node.op == "call_method" and name == "to" and len(rest) == 1 and not kwargs:
@@ -98,7 +98,7 @@ def no_op(gm: torch.fx.GraphModule, node: Node) -> tuple[str, Node] | None:
 
 
 def _same(node: Node, x: Node) -> bool:
-    meta, source = fx.tensor_meta(node), fx.tensor_meta(x)
+    meta, source = ops.tensor_meta(node), ops.tensor_meta(x)
     if meta is None or source is None:
         return False
     return tuple(meta.shape) == tuple(source.shape) and meta.dtype == source.dtype
@@ -109,7 +109,7 @@ def _same_sizes(x: Node, sizes: tuple[Any, ...]) -> bool:
     the others x's: the same shape at any input size (a literal size is not)."""
     if len(sizes) == 1 and isinstance(sizes[0], tuple | list):
         sizes = tuple(sizes[0])
-    rank = len(fx.tensor_shape(x) or ())
+    rank = len(ops.tensor_shape(x) or ())
     if len(sizes) != rank:
         return False
     free = [i for i, s in enumerate(sizes) if s == -1 and not isinstance(s, bool)]
@@ -124,7 +124,7 @@ def _size_of(node: Any) -> tuple[Any, int] | None:
     source, index = node.args
     if not isinstance(index, int) or isinstance(index, bool):
         return None
-    if fx.op_name(node) == "size" and node.op == "call_method":
+    if ops.op_name(node) == "size" and node.op == "call_method":
         return _normalised(source, index)
     if node.op != "call_function" or node.target is not operator.getitem:
         return None
@@ -132,13 +132,13 @@ def _size_of(node: Any) -> tuple[Any, int] | None:
         return None
     if source.target is builtins.getattr and source.args[1:] == ("shape",):
         return _normalised(source.args[0], index)
-    if fx.op_name(source) == "size" and len(source.args) == 1 and not source.kwargs:
+    if ops.op_name(source) == "size" and len(source.args) == 1 and not source.kwargs:
         return _normalised(source.args[0], index)
     return None
 
 
 def _normalised(x: Any, index: int) -> tuple[Any, int] | None:
-    rank = len(fx.tensor_shape(x) or ())
+    rank = len(ops.tensor_shape(x) or ())
     return (x, index % rank) if rank and -rank <= index < rank else None
 
 
@@ -151,10 +151,10 @@ def permutation(node: Node) -> tuple[Node, list[int]] | None:
     if not node.args or not isinstance(node.args[0], Node) or node.kwargs:
         return None
     x, rest = node.args[0], node.args[1:]
-    rank = len(fx.tensor_shape(x) or ())
-    if fx.tensor_shape(x) is None or rank > MAX_RANK:
+    rank = len(ops.tensor_shape(x) or ())
+    if ops.tensor_shape(x) is None or rank > MAX_RANK:
         return None
-    name = fx.op_name(node)
+    name = ops.op_name(node)
     if node.op == "call_function" and node.target is builtins.getattr:
         name, rest = (rest[0] if rest and rest[0] in ("T", "mT") else None), ()
     order = list(range(rank))
@@ -197,19 +197,19 @@ def permute_term(a: Any, order: list[int]) -> Any:
 def squeeze_of_made_dim(node: Node) -> tuple[Node, int] | None:
     """(input, dim) for x.squeeze(d) where dim d of x is 1 by construction: x is
     x0.unsqueeze(d), or a keepdim reduction over d."""
-    if len(node.args) != 2 or node.kwargs or fx.op_name(node) != "squeeze":
+    if len(node.args) != 2 or node.kwargs or ops.op_name(node) != "squeeze":
         return None
     x, dim = node.args
-    rank = len(fx.tensor_shape(x) or ())
+    rank = len(ops.tensor_shape(x) or ())
     if not isinstance(x, Node) or not _is_dim(dim, rank):
         return None
     dim %= rank
     makers = ("unsqueeze", "sum", "mean", "amax", "amin")
-    args = fx.arguments(x) if fx.op_name(x) in makers else None
+    args = ops.arguments(x) if ops.op_name(x) in makers else None
     if not args or not isinstance(args.get("dim"), int) or isinstance(args.get("dim"), bool):
         return None
     made = args["dim"] % rank
-    keep = fx.op_name(x) == "unsqueeze" or args.get("keepdim") is True
+    keep = ops.op_name(x) == "unsqueeze" or args.get("keepdim") is True
     return (x, dim) if keep and made == dim else None
 
 
@@ -218,16 +218,16 @@ def squeeze_of_made_dim(node: Node) -> tuple[Node, int] | None:
 
 def addmm_parts(node: Node) -> tuple[Node, Node, Node, float, float] | None:
     """(input, mat1, mat2, beta, alpha) of torch.addmm / input.addmm with number scales."""
-    if fx.op_name(node) != "addmm":
+    if ops.op_name(node) != "addmm":
         return None
-    args = fx.arguments(node, ("input", "mat1", "mat2"))
+    args = ops.arguments(node, ("input", "mat1", "mat2"))
     if not args or set(args) - {"input", "mat1", "mat2", "beta", "alpha"}:
         return None
     beta, alpha = args.get("beta", 1), args.get("alpha", 1)
     parts = [args.get(k) for k in ("input", "mat1", "mat2")]
     if not all(isinstance(p, Node) for p in parts):
         return None
-    if not (fx.is_scalar(beta) and fx.is_scalar(alpha)):
+    if not (ops.is_scalar(beta) and ops.is_scalar(alpha)):
         return None
     return parts[0], parts[1], parts[2], float(beta), float(alpha)
 
@@ -238,6 +238,6 @@ def tensor_arguments(node: Node, limit: int = 8) -> list[Node]:
     found: list[Node] = []
     for value in [*node.args, *node.kwargs.values()]:
         for item in value if isinstance(value, tuple | list) else (value,):
-            if isinstance(item, Node) and fx.tensor_shape(item) is not None and item not in found:
+            if isinstance(item, Node) and ops.tensor_shape(item) is not None and item not in found:
                 found.append(item)
     return found if len(found) <= limit else []

@@ -18,7 +18,7 @@ import torch.fx
 from egglog import get_callable_args, get_callable_fn
 
 from agents.offline.egraph.cost import LAUNCH_S, Shape, TermCost, _literal, infer_shape
-from agents.offline.fxtools import has_effects
+from agents.offline.fx.effects import has_effects
 
 if TYPE_CHECKING:
     from agents.offline.egraph.lower import Lowered

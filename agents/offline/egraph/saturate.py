@@ -20,7 +20,6 @@ import torch
 import torch.fx
 from egglog import EGraph, var
 
-from agents.offline import fxtools as fx
 from agents.offline.egraph import lower_ops
 from agents.offline.egraph import rules as library
 from agents.offline.egraph.analysis import example_shapes, ranges, shapes
@@ -29,6 +28,7 @@ from agents.offline.egraph.emit import EmitError, Emitter
 from agents.offline.egraph.lower import Anchor, Lowered, lower, register
 from agents.offline.egraph.program_cost import original_cost, written_cost
 from agents.offline.egraph.terms import T
+from agents.offline.fx import codegen, effects, ops, tracing
 from agents.offline.passes.base import Program, Rewrite
 
 MAX_ROUNDS = 12
@@ -118,9 +118,9 @@ def _draws(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """A dropout with p=0 or training=False returns at once, drawing nothing."""
     if lower_ops.inactive_dropout(gm, node) is not None:
         return False
-    if isinstance(fx.call_module(gm, node), RANDOM_MODULES):
+    if isinstance(ops.call_module(gm, node), RANDOM_MODULES):
         return True
-    return node.op in ("call_function", "call_method") and fx.op_name(node) in RANDOM_FUNCTIONS
+    return node.op in ("call_function", "call_method") and ops.op_name(node) in RANDOM_FUNCTIONS
 
 
 def _random_draws(gm: torch.fx.GraphModule) -> list[str]:
@@ -130,7 +130,7 @@ def _random_draws(gm: torch.fx.GraphModule) -> list[str]:
 def _shape(low: Lowered, leaf: Any) -> tuple[int, ...] | None:
     if isinstance(leaf, str):
         return tuple(low.gm.get_parameter(leaf).shape) if _has_param(low.gm, leaf) else None
-    return fx.tensor_shape(leaf)
+    return ops.tensor_shape(leaf)
 
 
 def _has_param(gm: torch.fx.GraphModule, target: str) -> bool:
@@ -161,8 +161,8 @@ class EqualitySaturation:
     name = "equality-saturation"
 
     def apply(self, program: Program) -> Rewrite:
-        gm = fx.trace(program)
-        if fx.mutates_anything(gm):
+        gm = tracing.trace(program)
+        if effects.mutates_anything(gm):
             return Rewrite(None, "forward mutates tensors in place; left alone", method="egraph")
         low = lower(gm)
         if not any(term is not None for term in low.outputs):
@@ -180,7 +180,7 @@ class EqualitySaturation:
             return Rewrite(None, "no cheaper equivalent form", method="egraph")
         try:
             source = self._write(program, gm, low, found)
-        except (EmitError, fx.TraceError) as error:
+        except (EmitError, tracing.TraceError) as error:
             return Rewrite(None, f"cannot write the cheaper form: {error}", method="egraph")
         except Exception as error:  # a bug here must cost a rewrite, never the caller's run
             reason = f"writing the cheaper form failed: {type(error).__name__}: {error}"
@@ -197,7 +197,7 @@ class EqualitySaturation:
         output = next(node for node in gm.graph.nodes if node.op == "output")
         single = isinstance(output.args[0], torch.fx.Node)
         before = [output.args[0]] if single else list(output.args[0])
-        expected = [fx.tensor_meta(value) for value in before]
+        expected = [ops.tensor_meta(value) for value in before]
         draws = _random_draws(gm)
         emitter = Emitter(low)
         for anchor, forms in zip(low.anchors, found.anchored, strict=True):
@@ -207,21 +207,21 @@ class EqualitySaturation:
             for old, form in zip(before, found.best, strict=True):
                 after.append(old if form is None else _fresh(gm, emitter.emit(form), old, after))
         output.args = (after[0],) if single else (type(output.args[0])(after),)
-        fx.prune(gm)
+        effects.prune(gm)
         _drop_dead_writes(gm)
         _drop_dead_draws(gm, draws)
         gm.graph.lint()
-        fx.propagate(gm, program.inputs)
+        tracing.propagate(gm, program.inputs)
         if _contiguous_again(gm, output, expected):
-            fx.propagate(gm, program.inputs)
+            tracing.propagate(gm, program.inputs)
         for old, new in zip(expected, output.args[0] if not single else output.args, strict=True):
-            got = fx.tensor_meta(new)
+            got = ops.tensor_meta(new)
             if (old is None) != (got is None) or (
                 old is not None and (got.shape, got.dtype) != (old.shape, old.dtype)
             ):
                 raise EmitError("the rewritten forward's output differs in shape or dtype")
         doc = "equality saturation: " + "; ".join(found.fired)
-        return fx.emit(program, gm, doc=doc[:300])
+        return codegen.emit(program, gm, doc=doc[:300])
 
 
 def _rewrite_arguments(
@@ -251,16 +251,16 @@ def _drop_dead_writes(gm: torch.fx.GraphModule) -> None:
     while changed:
         changed = False
         for node in reversed(list(gm.graph.nodes)):
-            if node.users or not fx.is_mutating(gm, node):
+            if node.users or not effects.is_mutating(gm, node):
                 continue
             same, target = {node}, node.args[0] if node.args else None
             while isinstance(target, torch.fx.Node) and target.op.startswith("call_"):
                 same.add(target)
-                target = target.args[0] if fx.is_mutating(gm, target) and target.args else None
+                target = target.args[0] if effects.is_mutating(gm, target) and target.args else None
             if target is not None or any(set(n.users) - same for n in same):
                 continue  # the tensor is an input, or something else reads it
             gm.graph.erase_node(node)
-            fx.prune(gm)
+            effects.prune(gm)
             changed = True
             break
 
@@ -275,10 +275,10 @@ def _drop_dead_draws(gm: torch.fx.GraphModule, draws: list[str]) -> None:
         for node in reversed(nodes):
             if not node.users:
                 gm.graph.erase_node(node)
-        fx.prune(gm)
+        effects.prune(gm)
     while (last := (_random_nodes(gm) or [None])[-1]) is not None and not last.users:
         gm.graph.erase_node(last)
-        fx.prune(gm)
+        effects.prune(gm)
     left = _random_draws(gm)
     if left != draws[: len(left)]:
         raise EmitError("the cheaper form would draw random numbers in another order")
@@ -289,7 +289,7 @@ def _fresh(gm: torch.fx.GraphModule, value: Any, old: Any, taken: list[Any]) -> 
     the original returned that very node, and never the same tensor as another output."""
     if not isinstance(value, torch.fx.Node):
         raise EmitError("the cheaper form is not a tensor")
-    base = fx.alias_base(value)
+    base = effects.alias_base(value)
     shared = isinstance(base, torch.fx.Node) and base.op in ("placeholder", "get_attr")
     if (shared and value is not old) or value in taken:
         return gm.graph.call_method("clone", (value,))
@@ -303,7 +303,7 @@ def _contiguous_again(gm: torch.fx.GraphModule, output: torch.fx.Node, expected:
     values = [output.args[0]] if single else list(output.args[0])
     changed = False
     for index, (value, old) in enumerate(zip(values, expected, strict=True)):
-        meta = fx.tensor_meta(value)
+        meta = ops.tensor_meta(value)
         contiguous = torch.contiguous_format
         if old is None or meta is None or old.memory_format != contiguous:
             continue

@@ -11,7 +11,7 @@ import torch
 import torch.fx
 import torch.nn as nn
 
-from agents.offline import fxtools as fx
+from agents.offline.fx import ops
 
 Node = torch.fx.Node
 
@@ -68,11 +68,11 @@ class UnitDims:
         return self.memo[value]
 
     def _compute(self, node: Node) -> frozenset[int]:
-        name = fx.op_name(node)
+        name = ops.op_name(node)
         part = tuple_part(node)
-        if part is not None and fx.op_name(node.args[0]) in _ARG_REDUCTIONS:
+        if part is not None and ops.op_name(node.args[0]) in _ARG_REDUCTIONS:
             return self._reduced(node.args[0])
-        shape = fx.tensor_shape(node)
+        shape = ops.tensor_shape(node)
         if shape is None:
             return frozenset()
         found = self._rule(node, name, len(shape))
@@ -80,7 +80,7 @@ class UnitDims:
 
     def _rule(self, node: Node, name: str | None, rank: int) -> frozenset[int]:
         first = node.args[0] if node.args else None
-        module = fx.call_module(self.gm, node)
+        module = ops.call_module(self.gm, node)
         if name in REDUCTIONS | _ARG_REDUCTIONS:
             return self._reduced(node)
         if name in _ELEMENTWISE or isinstance(module, _SHAPE_MODULES):
@@ -88,7 +88,7 @@ class UnitDims:
         if name in _BINARY:
             return self._broadcast(node, rank)
         if name == "unsqueeze":
-            dim = (fx.arguments(node) or {}).get("dim")
+            dim = (ops.arguments(node) or {}).get("dim")
             if not isinstance(dim, int) or isinstance(dim, bool):
                 return frozenset()
             d = dim % rank
@@ -111,8 +111,8 @@ class UnitDims:
         args = node.args
         if len(args) < 2 or not isinstance(args[0], Node) or not isinstance(args[1], Node):
             return frozenset()
-        weight_shape = fx.tensor_shape(args[1])
-        x_shape = fx.tensor_shape(args[0])
+        weight_shape = ops.tensor_shape(args[1])
+        x_shape = ops.tensor_shape(args[0])
         if weight_shape is None or x_shape is None or len(weight_shape) != 2 or rank < 1:
             return frozenset()
         out_dim = 0 if name == "linear" else 1
@@ -122,12 +122,12 @@ class UnitDims:
         return frozenset(units)
 
     def _reduced(self, node: Node) -> frozenset[int]:
-        args = fx.arguments(node)
+        args = ops.arguments(node)
         x = args.get("input") if args else None
-        shape = fx.tensor_shape(x)
+        shape = ops.tensor_shape(x)
         if not args or shape is None or args.get("dim") is None:
             return frozenset()
-        dims = fx.dims_of(args["dim"], len(shape))
+        dims = ops.dims_of(args["dim"], len(shape))
         if dims is None:
             return frozenset()
         before = self(x)
@@ -137,7 +137,7 @@ class UnitDims:
 
     def _broadcast(self, node: Node, rank: int) -> frozenset[int]:
         operands = [a for a in node.args[:2] if isinstance(a, Node)]
-        shapes = [fx.tensor_shape(a) for a in operands]
+        shapes = [ops.tensor_shape(a) for a in operands]
         if not operands or any(s is None for s in shapes):
             return frozenset()
         result = set(range(rank))
@@ -162,14 +162,14 @@ def tuple_part(node: Any) -> int | None:
 
 def unit_reduction(node: Node, units: UnitDims) -> tuple[Node, tuple[int, ...], bool] | None:
     """(input, dims, keepdim) when the node reduces only over dims that are always 1."""
-    args = fx.arguments(node)
+    args = ops.arguments(node)
     x = args.get("input") if args else None
-    shape = fx.tensor_shape(x)
+    shape = ops.tensor_shape(x)
     if not args or set(args) - {"input", "dim", "keepdim"} or shape is None:
         return None
     if args.get("dim") is None or not isinstance(args.get("keepdim", False), bool):
         return None
-    dims = fx.dims_of(args["dim"], len(shape))
+    dims = ops.dims_of(args["dim"], len(shape))
     if dims is None or not set(dims) <= units(x):
         return None
     return x, dims, bool(args.get("keepdim", False))
@@ -190,8 +190,8 @@ _POOL_SIGNATURES = {
 
 def identity_pool(gm: torch.fx.GraphModule, node: Node, units: UnitDims) -> Node | None:
     """The input of a pooling op whose windows are single elements, else None."""
-    module = fx.call_module(gm, node)
-    name = fx.op_name(node) or ""
+    module = ops.call_module(gm, node)
+    name = ops.op_name(node) or ""
     if module is not None:
         if not isinstance(module, _POOL_MODULES):
             return None
@@ -204,10 +204,10 @@ def identity_pool(gm: torch.fx.GraphModule, node: Node, units: UnitDims) -> Node
         kind = "adaptive" if name.startswith("adaptive_") else name[:3]
         if not name.endswith(("pool1d", "pool2d", "pool3d")) or kind not in _POOL_SIGNATURES:
             return None
-        params = fx.arguments(node, _POOL_SIGNATURES[kind]) or {}
+        params = ops.arguments(node, _POOL_SIGNATURES[kind]) or {}
         x = params.get("input")
-    shape = fx.tensor_shape(x)
-    if shape is None or shape != fx.tensor_shape(node) or params.get("return_indices"):
+    shape = ops.tensor_shape(x)
+    if shape is None or shape != ops.tensor_shape(node) or params.get("return_indices"):
         return None
     if params.get("divisor_override") is not None:
         return None

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from agents.offline import fxtools
+from agents.offline.fx import codegen, effects, ops, tracing
 from agents.offline.passes.base import PassError, Program, Rewrite
 
 MIN_OPS = 2
@@ -141,17 +141,17 @@ def _module_op(module: torch.nn.Module, x: Any) -> _Fused | None:
 
 
 def _fusable(gm: torch.fx.GraphModule, node: torch.fx.Node) -> _Fused | None:
-    if fxtools.is_mutating(gm, node):
+    if effects.is_mutating(gm, node):
         return None
-    module = fxtools.call_module(gm, node)
+    module = ops.call_module(gm, node)
     if module is not None:
         return _module_op(module, node.args[0]) if len(node.args) == 1 else None
-    name = fxtools.op_name(node)
+    name = ops.op_name(node)
     if name is None or name not in _SIGNATURES:
         return None
     if name == "div" and node.kwargs.get("rounding_mode") is not None:
         return None
-    args = fxtools.arguments(node, _SIGNATURES[name])
+    args = ops.arguments(node, _SIGNATURES[name])
     if args is None:
         return None
     fused = _bound(name, args)
@@ -163,11 +163,11 @@ def _fusable(gm: torch.fx.GraphModule, node: torch.fx.Node) -> _Fused | None:
 
 
 def _operand_kind(value: Any) -> str | None:
-    if fxtools.self_scalar(value) is not None:
+    if tracing.self_scalar(value) is not None:
         return None  # the kernel's constants are compiled in: this pass needs the value
     if isinstance(value, torch.fx.Node):
         return "node"
-    if fxtools.is_scalar(value):
+    if ops.is_scalar(value):
         return "scalar"
     return None
 
@@ -215,37 +215,37 @@ def _find_epilogue(gm: torch.fx.GraphModule) -> _Epilogue:
     result = output.args[0]
     if not isinstance(result, torch.fx.Node):
         raise PassError("forward returns several values; only a single tensor is fused")
-    shape = fxtools.tensor_shape(result)
-    if shape is None or fxtools.tensor_dtype(result) != torch.float32:
+    shape = ops.tensor_shape(result)
+    if shape is None or ops.tensor_dtype(result) != torch.float32:
         raise PassError("forward's output is not a float32 tensor")
     nodes = list(gm.graph.nodes)
     banned: set[torch.fx.Node] = set()
     while True:
-        ops: dict[torch.fx.Node, _Fused] = {}
+        chosen: dict[torch.fx.Node, _Fused] = {}
         for node in reversed(nodes):
-            if node in banned or fxtools.tensor_shape(node) != shape:
+            if node in banned or ops.tensor_shape(node) != shape:
                 continue
-            if fxtools.tensor_dtype(node) != torch.float32:
+            if ops.tensor_dtype(node) != torch.float32:
                 continue
-            if node is not result and not (node.users and all(u in ops for u in node.users)):
+            if node is not result and not (node.users and all(u in chosen for u in node.users)):
                 continue
             fused = _fusable(gm, node)
             if fused is not None:
-                ops[node] = fused
-        if result not in ops:
+                chosen[node] = fused
+        if result not in chosen:
             raise PassError("forward does not end with a fusable elementwise op")
         bad = {
             node
-            for node, fused in ops.items()
+            for node, fused in chosen.items()
             if any(
-                isinstance(v, torch.fx.Node) and v not in ops and _leaf(v, shape) is None
+                isinstance(v, torch.fx.Node) and v not in chosen and _leaf(v, shape) is None
                 for v in fused.operands
             )
         }
         if not bad:
             break
         banned |= bad
-    order = [n for n in nodes if n in ops]
+    order = [n for n in nodes if n in chosen]
     if len(order) < MIN_OPS:
         raise PassError(
             f"the elementwise epilogue is {len(order)} op ({_describe(gm, order)}): "
@@ -254,9 +254,9 @@ def _find_epilogue(gm: torch.fx.GraphModule) -> _Epilogue:
     leaves: list[_Leaf] = []
     scalars: list[float | int] = []
     for node in order:
-        for value in ops[node].operands:
+        for value in chosen[node].operands:
             if isinstance(value, torch.fx.Node):
-                if value not in ops and all(leaf.node is not value for leaf in leaves):
+                if value not in chosen and all(leaf.node is not value for leaf in leaves):
                     leaves.append(_leaf(value, shape))  # type: ignore[arg-type]
             else:
                 scalars.append(value)
@@ -266,11 +266,11 @@ def _find_epilogue(gm: torch.fx.GraphModule) -> _Epilogue:
     full = [leaf for leaf in leaves if leaf.layout == "full"]
     if not full:
         raise PassError("no operand of the epilogue has the output's full shape")
-    fresh = [leaf for leaf in full if _fresh_and_private(gm, leaf.node, ops)]
+    fresh = [leaf for leaf in full if _fresh_and_private(gm, leaf.node, chosen)]
     primary = (fresh or full)[0]
     leaves.remove(primary)
     leaves.insert(0, primary)
-    epilogue = _Epilogue(order, ops, leaves, scalars, shape, in_place=bool(fresh))
+    epilogue = _Epilogue(order, chosen, leaves, scalars, shape, in_place=bool(fresh))
     epilogue.changes = [f"fused {len(order)} elementwise ops: {_describe(gm, order)}"]
     if fresh:
         epilogue.changes.append(f"written in place into {primary.node.name} (a fresh tensor)")
@@ -278,8 +278,8 @@ def _find_epilogue(gm: torch.fx.GraphModule) -> _Epilogue:
 
 
 def _leaf(node: torch.fx.Node, shape: tuple[int, ...]) -> _Leaf | None:
-    leaf_shape = fxtools.tensor_shape(node)
-    if leaf_shape is None or fxtools.tensor_dtype(node) != torch.float32:
+    leaf_shape = ops.tensor_shape(node)
+    if leaf_shape is None or ops.tensor_dtype(node) != torch.float32:
         return None
     layout = _layout(shape, leaf_shape)
     return _Leaf(node, *layout) if layout else None
@@ -297,22 +297,22 @@ _FRESH_FUNCTIONS = {"conv1d", "conv2d", "conv3d", "linear", "matmul", "mm", "bmm
 _FRESH_FUNCTIONS |= {"baddbmm", "batch_norm", "layer_norm", "group_norm", "conv_transpose2d"}
 
 
-def _fresh_and_private(gm: torch.fx.GraphModule, node: torch.fx.Node, ops: dict) -> bool:
+def _fresh_and_private(gm: torch.fx.GraphModule, node: torch.fx.Node, chosen: dict) -> bool:
     """Is this tensor new memory (a conv or GEMM result, not a view or an input) that only
     the epilogue reads? Then the kernel may overwrite it instead of allocating."""
-    if not all(user in ops for user in node.users):
+    if not all(user in chosen for user in node.users):
         return False
-    module = fxtools.call_module(gm, node)
+    module = ops.call_module(gm, node)
     if module is not None:
         return isinstance(module, _FRESH_MODULES)
-    return node.op == "call_function" and fxtools.op_name(node) in _FRESH_FUNCTIONS
+    return node.op == "call_function" and ops.op_name(node) in _FRESH_FUNCTIONS
 
 
 def _describe(gm: torch.fx.GraphModule, order: list[torch.fx.Node]) -> str:
     names = []
     for node in order:
-        module = fxtools.call_module(gm, node)
-        names.append(type(module).__name__ if module is not None else fxtools.op_name(node))
+        module = ops.call_module(gm, node)
+        names.append(type(module).__name__ if module is not None else ops.op_name(node))
     return ", ".join(str(n) for n in names)
 
 
@@ -463,7 +463,7 @@ class CppElementwise:
             return Rewrite(None, "the C++/OpenMP kernel is for the CPU; this kernel runs on CUDA")
         if "load_inline" in program.source or "cpp_extension" in program.source:
             return Rewrite(None, "the kernel already calls a C++ extension")
-        gm = fxtools.trace(program)
+        gm = tracing.trace(program)
         epilogue = _find_epilogue(gm)
         source_text = cpp_source(epilogue)
         digest = hashlib.sha256((source_text + repr(CFLAGS)).encode()).hexdigest()[:16]
@@ -478,7 +478,7 @@ class CppElementwise:
             f'        """The {len(epilogue.order)} fused elementwise ops, in one C++ loop."""\n'
             f"        return _elementwise_extension().run({', '.join(leaves + scalars)})\n"
         )
-        module = fxtools.emit(
+        module = codegen.emit(
             program,
             gm,
             doc="The forward with its elementwise epilogue fused into one C++/OpenMP loop.",
@@ -508,7 +508,7 @@ def _replace(gm: torch.fx.GraphModule, epilogue: _Epilogue) -> None:
     arguments = tuple([leaf.node for leaf in epilogue.leaves] + list(epilogue.scalars))
     impl = _reference(gm, epilogue)
     with gm.graph.inserting_after(last):
-        target = fxtools.SelfMethod(METHOD, impl)
+        target = codegen.SelfMethod(METHOD, impl)
         call = gm.graph.create_node("call_function", target, arguments, name="fused")
     last.replace_all_uses_with(call)
     for node in reversed(epilogue.order):
@@ -520,7 +520,7 @@ def _reference(gm: torch.fx.GraphModule, epilogue: _Epilogue) -> Callable[..., A
     """The fused ops in PyTorch, so the rewritten graph still runs (shape propagation).
     The nodes' calls are copied now: erasing a node clears its arguments."""
     steps = [
-        (node, node.op, node.target, node.args, node.kwargs, fxtools.call_module(gm, node))
+        (node, node.op, node.target, node.args, node.kwargs, ops.call_module(gm, node))
         for node in epilogue.order
     ]
     leaves = [leaf.node for leaf in epilogue.leaves]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
-from agents.offline import fxtools as fx
+from agents.offline.fx import codegen, effects, graph_edit, tracing
 from agents.offline.passes import library_source
 from agents.offline.passes.base import Program, Rewrite
 from agents.offline.passes.library_match import Graph, Node, users_inside
@@ -37,21 +37,21 @@ class LibrarySubstitution:
 
     def apply(self, program: Program) -> Rewrite:
         try:
-            gm = fx.trace(program)
-        except fx.TraceError as error:
+            gm = tracing.trace(program)
+        except tracing.TraceError as error:
             return library_source.rewrite(program, f"{error}")
-        if fx.mutates_anything(gm):
+        if effects.mutates_anything(gm):
             return Rewrite(None, "forward mutates tensors in place; left alone", method="fx")
         try:
             changes, notes = _substitute(gm, program)
             if not changes:
                 return Rewrite(None, "; ".join([NOTHING, *notes[:2]]), method="fx")
-            fx.prune(gm)
+            effects.prune(gm)
             gm.graph.lint()
-            fx.propagate(gm, program.inputs)  # the rewritten graph must still run
+            tracing.propagate(gm, program.inputs)  # the rewritten graph must still run
             doc = f"{self.name}: " + "; ".join(changes)
-            source = fx.emit(program, gm, doc=doc.replace('"""', "'''")[:300])
-        except fx.TraceError as error:  # e.g. a constant fx cannot write back as code
+            source = codegen.emit(program, gm, doc=doc.replace('"""', "'''")[:300])
+        except tracing.TraceError as error:  # e.g. a constant fx cannot write back as code
             return library_source.rewrite(program, f"{error}")
         except Exception as error:  # a bug here must cost a rewrite, never the caller's run
             summary = f"{self.name} failed: {type(error).__name__}: {error}"
@@ -115,9 +115,9 @@ class _Rewriter:
         if self.lines is None:
             self.lines = _source_lines(self.program, gm)
         with gm.graph.inserting_before(match.root):
-            new = match.build(fx.Builder(gm.graph))
+            new = match.build(graph_edit.Builder(gm.graph))
         new.meta["tensor_meta"] = match.root.meta.get("tensor_meta")  # same shape and dtype
-        fx.replace_uses(match.root, new)
+        graph_edit.replace_uses(match.root, new)
         previous = self.sites.get(match.root)
         merged = [self.sites.pop(node) for node in match.inner if node in self.sites]
         site = _Site(what=match.what, target=match.target, name=match.root.name)
@@ -127,14 +127,14 @@ class _Rewriter:
             site.lines |= old.lines
         site.lines |= {self.lines[node] for node in match.inner if node in self.lines}
         self.sites[new] = site
-        fx.prune(gm)
+        effects.prune(gm)
         self.alive = set(gm.graph.nodes)
 
 
 def _removable(graph: Graph, match: Match) -> bool:
     """Every removed intermediate is used only inside the pattern and has no effects."""
     return users_inside(match.inner, match.root) and not any(
-        fx.has_effects(graph.gm, node) for node in match.inner
+        effects.has_effects(graph.gm, node) for node in match.inner
     )
 
 
@@ -143,7 +143,7 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in ')
 
 def _source_lines(program: Program, gm: torch.fx.GraphModule) -> dict[Node, int]:
     """Each node's line in the program's source, from a second trace that records stack
-    traces (fxtools.trace does not); names match since both traces see the same module."""
+    traces (tracing.trace does not); names match since both traces see the same module."""
     forward = getattr(type(program.module), "forward", None)
     filename = getattr(getattr(forward, "__code__", None), "co_filename", None)
     if filename is None:

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 import torch.nn as nn
 
-from agents.offline import fxtools as fx
+from agents.offline.fx import effects, graph_edit, ops
 
 Node = torch.fx.Node
 
@@ -83,7 +83,7 @@ class Graph:
         if not isinstance(value, Node):
             return None
         if value.op == "call_module":
-            module = fx.call_module(self.gm, value)
+            module = ops.call_module(self.gm, value)
             return _MODULE_OPS.get(type(module))
         if value.op == "call_function":
             if value.target is builtins.getattr and len(value.args) == 2:
@@ -92,7 +92,7 @@ class Graph:
                 return "sqrt"
             if value.target is operator.eq:
                 return "eq"
-        return fx.op_name(value)
+        return ops.op_name(value)
 
     def args(self, value: Any, *allowed: str) -> dict[str, Any] | None:
         """The call's arguments by name; None when the op is unknown or passes an argument
@@ -104,7 +104,7 @@ class Graph:
         if value.op == "call_module":
             if len(value.args) != 1 or value.kwargs:
                 return None
-            module = fx.call_module(self.gm, value)
+            module = ops.call_module(self.gm, value)
             bound = {"input": value.args[0]}
             if name in ("softmax", "log_softmax"):
                 bound["dim"] = module.dim
@@ -119,7 +119,7 @@ class Graph:
                 return None
         else:
             signature = _SIGNATURES.get(name)
-            found = fx.arguments(value, signature) if signature else None
+            found = ops.arguments(value, signature) if signature else None
             if found is None or set(found) - set(signature or ()):
                 return None
             bound = found
@@ -151,7 +151,7 @@ class Graph:
         if self.kind(value) not in names:
             return None
         args = self.args(value, "input", "dim", "keepdim")
-        shape = fx.tensor_shape(args.get("input")) if args else None
+        shape = ops.tensor_shape(args.get("input")) if args else None
         if not args or shape is None:
             return None
         keepdim = args.get("keepdim", False)
@@ -160,7 +160,7 @@ class Graph:
         dim = args.get("dim")
         if dim is None:
             return Reduction(value, args["input"], None, keepdim, None)
-        dims = fx.dims_of(dim, len(shape))
+        dims = ops.dims_of(dim, len(shape))
         if dims is None:
             return None
         return Reduction(value, args["input"], dims, keepdim, dim)
@@ -208,7 +208,7 @@ class Graph:
             return False
         if a.op == "get_attr":
             return a.target == b.target
-        if fx.has_effects(self.gm, a) or fx.has_effects(self.gm, b):
+        if effects.has_effects(self.gm, a) or effects.has_effects(self.gm, b):
             return False
         args_a: Any = None
         args_b: Any = None
@@ -236,7 +236,7 @@ class Graph:
 
         def walk(value: Any, top: bool) -> None:
             nonlocal coef
-            if fx.is_scalar(value):
+            if ops.is_scalar(value):
                 coef *= value
                 return
             if isinstance(value, Node) and (top or len(value.users) == 1):
@@ -247,7 +247,7 @@ class Graph:
                     walk(pair[1], False)
                     return
                 pair = self.binary(value, "div")
-                if pair is not None and fx.is_scalar(pair[1]) and pair[1] != 0:
+                if pair is not None and ops.is_scalar(pair[1]) and pair[1] != 0:
                     inner.add(value)
                     coef /= pair[1]
                     walk(pair[0], False)
@@ -270,7 +270,7 @@ class Graph:
         + - * / by constants, neg, integer powers and square; None if it is not one."""
         if value is x:
             return {1: 1.0}
-        if fx.is_scalar(value):
+        if ops.is_scalar(value):
             return {0: float(value)}
         if not isinstance(value, Node) or depth > 16:
             return None
@@ -302,7 +302,7 @@ class Graph:
             args = self.args(value, "input", "exponent")
             exponent = args.get("exponent") if args else None
             base = self.poly(args.get("input"), x, inner, depth + 1) if args else None
-            if base is not None and fx.is_scalar(exponent) and exponent in (1, 2, 3, 4):
+            if base is not None and ops.is_scalar(exponent) and exponent in (1, 2, 3, 4):
                 result = {0: 1.0}
                 for _ in range(int(exponent)):
                     result = _poly_mul(result, base)
@@ -322,7 +322,7 @@ def _poly_mul(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
 
 def near(value: Any, target: float, rel: float = 1e-6) -> bool:
     """A Python number within `rel` of `target` (constants are written to a few digits)."""
-    return fx.is_scalar(value) and abs(value - target) <= rel * max(1.0, abs(target))
+    return ops.is_scalar(value) and abs(value - target) <= rel * max(1.0, abs(target))
 
 
 def poly_is(found: dict[int, float] | None, expected: dict[int, float]) -> bool:
@@ -334,12 +334,12 @@ def poly_is(found: dict[int, float] | None, expected: dict[int, float]) -> bool:
 
 
 def floating(value: Any) -> bool:
-    dtype = fx.tensor_dtype(value)
+    dtype = ops.tensor_dtype(value)
     return dtype is not None and dtype.is_floating_point
 
 
 def is_tensor(value: Any) -> bool:
-    return fx.tensor_meta(value) is not None
+    return ops.tensor_meta(value) is not None
 
 
 def trailing(dims: tuple[int, ...] | None, rank: int) -> int | None:
@@ -361,7 +361,7 @@ def users_inside(inner: set[Node], root: Node) -> bool:
 
 
 def sizes_equal(a: Any, b: Any) -> bool:
-    shape_a, shape_b = fx.tensor_shape(a), fx.tensor_shape(b)
+    shape_a, shape_b = ops.tensor_shape(a), ops.tensor_shape(b)
     return shape_a is not None and shape_a == shape_b
 
 
@@ -376,7 +376,7 @@ class Match:
     inner: set[Node]  # nodes that die with the rewrite (root included)
     what: str  # "softmax over dim 1"
     target: str  # "torch.softmax"
-    build: Callable[[fx.Builder], Any]  # adds the replacement before root
+    build: Callable[[graph_edit.Builder], Any]  # adds the replacement before root
     refines: bool = False  # the site keeps the description it already had
 
 
@@ -385,7 +385,7 @@ Rule = Callable[[Graph, Node], Match | None]
 
 def same_type(x: Any, root: Node) -> bool:
     """x is a float tensor and the pattern's result has its shape and dtype."""
-    return floating(x) and sizes_equal(root, x) and fx.tensor_dtype(root) == fx.tensor_dtype(x)
+    return floating(x) and sizes_equal(root, x) and ops.tensor_dtype(root) == ops.tensor_dtype(x)
 
 
 def one_dim(dim: Any) -> Any:

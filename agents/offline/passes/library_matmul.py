@@ -12,7 +12,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from agents.offline import fxtools as fx
+from agents.offline.fx import graph_edit, ops
 from agents.offline.passes.library_match import (
     Graph,
     Match,
@@ -33,12 +33,12 @@ def matmul_bias(g: Graph, root: Node) -> Match | None:
         if product is None or not is_tensor(bias) or not sizes_equal(root, mm):
             continue
         x, other = product
-        dtypes = {fx.tensor_dtype(v) for v in (x, other, bias, root)}
+        dtypes = {ops.tensor_dtype(v) for v in (x, other, bias, root)}
         if len(dtypes) != 1 or not floating(root):
             continue
         weight = _transposed(g, other, rank=2)
-        w_shape = fx.tensor_shape(weight)
-        if weight is not None and w_shape and fx.tensor_shape(bias) == (w_shape[0],):
+        w_shape = ops.tensor_shape(weight)
+        if weight is not None and w_shape and ops.tensor_shape(bias) == (w_shape[0],):
             return Match(
                 root,
                 {root, mm, other},
@@ -46,7 +46,7 @@ def matmul_bias(g: Graph, root: Node) -> Match | None:
                 "F.linear",
                 lambda b, x=x, w=weight, bias=bias: b.call(F.linear, x, w, bias),
             )
-        if len(fx.tensor_shape(x) or ()) == 2 and len(fx.tensor_shape(other) or ()) == 2:
+        if len(ops.tensor_shape(x) or ()) == 2 and len(ops.tensor_shape(other) or ()) == 2:
             return Match(
                 root,
                 {root, mm},
@@ -61,14 +61,14 @@ def _transposed(g: Graph, node: Any, rank: int | None = None) -> Any:
     """t when node swaps the last two dims of t (t.transpose(-2, -1), t.mT, t.T for 2-D,
     a permute that swaps only those), else None."""
     source = node.args[0] if isinstance(node, Node) and node.args else None
-    shape = fx.tensor_shape(source)
+    shape = ops.tensor_shape(source)
     if shape is None or len(shape) < 2 or (rank is not None and len(shape) != rank):
         return None
     r = len(shape)
     name = g.kind(node)
     if name == "transpose":
         args = g.args(node, "input", "dim0", "dim1")
-        dims = fx.dims_of([args.get("dim0"), args.get("dim1")], r) if args else None
+        dims = ops.dims_of([args.get("dim0"), args.get("dim1")], r) if args else None
         return source if dims == (r - 2, r - 1) else None
     if name == "mT" or (name in ("t", "T") and r == 2):
         return source
@@ -112,8 +112,8 @@ def attention(g: Graph, root: Node) -> Match | None:
         inner.add(p)
         p = args["input"]
     found = softmax_call(g, p) if g.kind(p) == "softmax" else None
-    shape = fx.tensor_shape(found[0]) if found else None
-    if found is None or not shape or fx.dims_of(found[1], len(shape)) != (len(shape) - 1,):
+    shape = ops.tensor_shape(found[0]) if found else None
+    if found is None or not shape or ops.dims_of(found[1], len(shape)) != (len(shape) - 1,):
         return None
     inner.add(p)
     scores = _scores(g, found[0], inner)
@@ -132,7 +132,7 @@ def attention(g: Graph, root: Node) -> Match | None:
     )
 
 
-def _sdpa(b: fx.Builder, scores: _Scores, v: Any, causal: bool, default: bool) -> Any:
+def _sdpa(b: graph_edit.Builder, scores: _Scores, v: Any, causal: bool, default: bool) -> Any:
     kwargs: dict[str, Any] = {}
     if causal:
         kwargs["is_causal"] = True
@@ -181,7 +181,7 @@ def _scores(g: Graph, node: Any, inner: set[Node]) -> _Scores | None:
             if pair is None or found.scale or found.mask is not None or found.additive is not None:
                 return None  # an additive mask is only the same when it comes after scaling
             step = next(((s, m) for s, m in (pair, pair[::-1]) if _scoreish(g, s)), None)
-            if step is None or fx.tensor_dtype(step[1]) != fx.tensor_dtype(step[0]):
+            if step is None or ops.tensor_dtype(step[1]) != ops.tensor_dtype(step[0]):
                 return None  # SDPA takes a float mask of the query's dtype
             found.additive = step[1]
             inner.add(node)
@@ -199,13 +199,13 @@ def _scores(g: Graph, node: Any, inner: set[Node]) -> _Scores | None:
 
 def _factor(g: Graph, c: Any) -> bool:
     """A scale SDPA can take: a positive constant or a Python number computed from shapes."""
-    if fx.is_scalar(c):
+    if ops.is_scalar(c):
         return c > 0
     return isinstance(c, Node) and not is_tensor(c) and c.op == "call_function"
 
 
 def _positive(g: Graph, c: Any) -> bool:
-    if fx.is_scalar(c):
+    if ops.is_scalar(c):
         return c > 0
     name = g.kind(c)
     if name == "sqrt":
@@ -221,8 +221,8 @@ def _scoreish(g: Graph, node: Any) -> bool:
 
 
 def _attention_shapes(q: Any, k: Any, v: Any, root: Node) -> bool:
-    shapes = [fx.tensor_shape(t) for t in (q, k, v, root)]
-    dtypes = {fx.tensor_dtype(t) for t in (q, k, v, root)}
+    shapes = [ops.tensor_shape(t) for t in (q, k, v, root)]
+    dtypes = {ops.tensor_dtype(t) for t in (q, k, v, root)}
     if any(s is None or len(s) < 2 for s in shapes) or len(dtypes) != 1 or not floating(q):
         return False
     sq, sk, sv, out = shapes
@@ -234,7 +234,7 @@ def _attention_shapes(q: Any, k: Any, v: Any, root: Node) -> bool:
 def _causal(g: Graph, cond: Any, scores: Any, inner: set[Node]) -> bool:
     """Is `cond` tril(ones(.., L, S)) == 0, ~tril(..) or triu(ones(.., L, S), 1) (as bool),
     built in forward? Its nodes join `inner` when nothing else uses them."""
-    shape, score_shape = fx.tensor_shape(cond), fx.tensor_shape(scores)
+    shape, score_shape = ops.tensor_shape(cond), ops.tensor_shape(scores)
     if shape is None or score_shape is None or len(shape) < 2:
         return False
     if shape[-2:] != score_shape[-2:]:  # tril/triu act on the last two dims of any rank
@@ -250,8 +250,8 @@ def _causal(g: Graph, cond: Any, scores: Any, inner: set[Node]) -> bool:
     want: tuple[str, int] | None = ("triu", 1)
     pair = g.binary(node, "eq")
     if pair is not None:
-        node, value = pair if fx.is_scalar(pair[1]) else pair[::-1]
-        want = {0: ("tril", 0), 1: ("triu", 1)}.get(value) if fx.is_scalar(value) else None
+        node, value = pair if ops.is_scalar(pair[1]) else pair[::-1]
+        want = {0: ("tril", 0), 1: ("triu", 1)}.get(value) if ops.is_scalar(value) else None
     elif g.kind(node) == "logical_not":
         node, want = g.unary(node, "logical_not"), ("tril", 0)
     args = g.args(node, "input", "diagonal") if want and g.kind(node) == want[0] else None
@@ -276,14 +276,14 @@ def _default_scale(g: Graph, scale: list[tuple[str, Any]], q: Any, k: Any) -> bo
         pair = g.binary(c, "div")
         if pair is not None and near(pair[0], 1.0):
             op, c = "div", pair[1]
-        elif fx.is_scalar(c) and fx.is_scalar(head) and head > 0:
+        elif ops.is_scalar(c) and ops.is_scalar(head) and head > 0:
             return near(c, 1 / math.sqrt(head))
         elif g.kind(c) == "pow" and near(c.args[1], -0.5):
             return _is_head_dim(g, c.args[0], q, k, head)
         else:
             return False
-    if fx.is_scalar(c):
-        return fx.is_scalar(head) and head > 0 and near(c, math.sqrt(head))
+    if ops.is_scalar(c):
+        return ops.is_scalar(head) and head > 0 and near(c, math.sqrt(head))
     if g.kind(c) == "sqrt" and not is_tensor(c):
         return _is_head_dim(g, c.args[0] if c.args else None, q, k, head)
     if g.kind(c) == "pow" and near(c.args[1], 0.5):
@@ -296,7 +296,7 @@ def _is_head_dim(g: Graph, n: Any, q: Any, k: Any, head: Any) -> bool:
     with in that position."""
     if n is None:
         return False
-    if n is head or (fx.is_scalar(n) and fx.is_scalar(head) and n == head):
+    if n is head or (ops.is_scalar(n) and ops.is_scalar(head) and n == head):
         return True
     if isinstance(k, Node) and n is _dim_source(g, k, -1):
         return True
@@ -311,16 +311,16 @@ def _is_head_dim(g: Graph, n: Any, q: Any, k: Any, head: Any) -> bool:
             return False
     else:
         return False
-    shape = fx.tensor_shape(source)
+    shape = ops.tensor_shape(source)
     if source not in (q, k) or shape is None or not isinstance(index, int):
         return False
-    return fx.dims_of(index, len(shape)) == (len(shape) - 1,)
+    return ops.dims_of(index, len(shape)) == (len(shape) - 1,)
 
 
 def _dim_source(g: Graph, t: Any, axis: int, depth: int = 0) -> Any:
     """What t's size along `axis` was built from (a reshape argument: int or node), through
     permute/transpose/unbind/contiguous; None when not traceable."""
-    shape = fx.tensor_shape(t)
+    shape = ops.tensor_shape(t)
     if shape is None or depth > 12 or not shape:
         return None
     axis %= len(shape)

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from agents.offline import fxtools as fx
+from agents.offline.fx import graph_edit, ops, tracing
 from agents.offline.passes.library_activations import gelu, hardswish, mish, swish
 from agents.offline.passes.library_match import (
     Graph,
@@ -73,10 +73,10 @@ def shifted_softmax(g: Graph, root: Node) -> Match | None:
     (centred, dim), (x, m) = found, pair
     inner = {root, centred}
     red = g.max_of(m, inner)
-    shape = fx.tensor_shape(centred)
+    shape = ops.tensor_shape(centred)
     if red is None or shape is None or not sizes_equal(centred, x):
         return None
-    dims = fx.dims_of(dim, len(shape))
+    dims = ops.dims_of(dim, len(shape))
     constant = red.dims is None or (red.keepdim and dims is not None and set(dims) <= set(red.dims))
     if not constant or not g.same(x, red.input, inner):
         return None
@@ -97,10 +97,10 @@ def logsumexp(g: Graph, root: Node) -> Match | None:
     s = g.unary(root, "log")
     red = g.reduction(s, "sum")
     y = g.unary(red.input, "exp") if red else None
-    shape = fx.tensor_shape(y)
+    shape = ops.tensor_shape(y)
     if red is None or y is None or not shape or not floating(y):
         return None
-    if fx.tensor_dtype(root) != fx.tensor_dtype(y):
+    if ops.tensor_dtype(root) != ops.tensor_dtype(y):
         return None
     dim = red.dim if red.dims is not None else list(range(len(shape)))
     keepdim = red.keepdim
@@ -242,10 +242,10 @@ def _plus_eps(g: Graph, a: Any, inner: set[Node]) -> tuple[Any, Any] | None:
     for v, eps in (pair, pair[::-1]) if pair else ():
         if not is_tensor(v):
             continue
-        if fx.self_scalar(eps) is not None:
+        if tracing.self_scalar(eps) is not None:
             inner.add(a)
             return v, eps
-        if fx.is_scalar(eps) and eps >= 0:
+        if ops.is_scalar(eps) and eps >= 0:
             inner.add(a)
             return v, float(eps)
     return (a, 0.0) if is_tensor(a) else None
@@ -269,7 +269,7 @@ def _square_of(g: Graph, node: Any, inner: set[Node]) -> Any:
     return None
 
 
-def _trailing_shape(b: fx.Builder, x: Any, k: int) -> Any:
+def _trailing_shape(b: graph_edit.Builder, x: Any, k: int) -> Any:
     """`x.shape[-k:]`: the normalized shape, read at run time."""
     shape = b.call(builtins.getattr, x, "shape")
     return b.call(operator.getitem, shape, slice(-k, None))
@@ -307,8 +307,8 @@ def _layer_norm(
             return None
         if args.get("unbiased") is not False and args.get("correction") not in (0, 0.0):
             return None
-        shape = fx.tensor_shape(x)
-        dims = fx.dims_of(args.get("dim"), len(shape)) if shape else None
+        shape = ops.tensor_shape(x)
+        dims = ops.dims_of(args.get("dim"), len(shape)) if shape else None
         if args.get("dim") is None or not g.same(x, args["input"], inner):
             return None
     else:
@@ -318,7 +318,7 @@ def _layer_norm(
             return None
         dims = var.dims
     inner.add(v)
-    rank = len(fx.tensor_shape(x) or ())
+    rank = len(ops.tensor_shape(x) or ())
     k = trailing(dims, rank)
     if k is None or dims != mean.dims or not same_type(x, root):
         if k is None and dims == mean.dims and dims:
@@ -339,7 +339,7 @@ def _rms_norm(g: Graph, root: Node, x: Any, v: Any, eps: Any, inner: set[Node]) 
     if ms is None or square is None or not g.same(x, square, inner) or not same_type(x, root):
         return None
     inner.add(v)
-    k = trailing(ms.dims, len(fx.tensor_shape(x) or ()))
+    k = trailing(ms.dims, len(ops.tensor_shape(x) or ()))
     if k is None:
         g.notes.append(f"{root.name}: RMS norm over dims {ms.dims}, not the trailing dims")
         return None
@@ -380,10 +380,10 @@ def norm_affine(g: Graph, root: Node) -> Match | None:
                 continue
             k = _normalized_rank(g, args.get("normalized_shape"))
             x = args["input"]
-            x_shape, w_shape = fx.tensor_shape(x), fx.tensor_shape(w)
+            x_shape, w_shape = ops.tensor_shape(x), ops.tensor_shape(w)
             if k is None or x_shape is None or w_shape != x_shape[len(x_shape) - k :]:
                 continue
-            if fx.tensor_dtype(w) != fx.tensor_dtype(x) or not sizes_equal(root, norm):
+            if ops.tensor_dtype(w) != ops.tensor_dtype(x) or not sizes_equal(root, norm):
                 continue
             kwargs = {key: value for key, value in args.items() if key not in ("input",)}
             kwargs[slot] = w
@@ -400,7 +400,9 @@ def norm_affine(g: Graph, root: Node) -> Match | None:
     return None
 
 
-def _norm_call(b: fx.Builder, target: Callable[..., Any], x: Any, kwargs: dict[str, Any]) -> Any:
+def _norm_call(
+    b: graph_edit.Builder, target: Callable[..., Any], x: Any, kwargs: dict[str, Any]
+) -> Any:
     shape = kwargs["normalized_shape"]
     present = {k: kwargs[k] for k in ("weight", "bias", "eps") if kwargs.get(k) is not None}
     return b.call(target, x, shape, **present)

@@ -26,8 +26,8 @@ import torch
 import torch.fx
 
 from agents import pyast
-from agents.offline import fxtools as fx
 from agents.offline import source as src
+from agents.offline.fx import codegen, effects, graph_edit, ops, tracing
 from agents.offline.passes.base import PassError, Program, Rewrite, TuningSite
 from agents.offline.passes.triton_gemm_einsum import lower_einsums
 from agents.offline.passes.triton_gemm_epilogue import needs_row_tile
@@ -60,15 +60,15 @@ def build(program: Program, precision: str = "tf32x3") -> Rewrite:
     """The rewrite, with tl.dot at `precision` (the pass: "tf32x3"; the accuracy bench
     renders the others to compare them)."""
     try:
-        gm = fx.trace(program)
-    except fx.TraceError as error:
+        gm = tracing.trace(program)
+    except tracing.TraceError as error:
         return Rewrite(None, str(error), method="fx")
-    if fx.mutates_anything(gm):
+    if effects.mutates_anything(gm):
         return Rewrite(None, "forward mutates tensors in place; left alone", method="fx")
     try:
         lowered, unlowered = lower_einsums(gm)
         if lowered:
-            fx.propagate(gm, program.inputs)  # the views and matmuls the einsums became
+            tracing.propagate(gm, program.inputs)  # the views and matmuls the einsums became
         sites, declined = _rewrite(gm, _class_names(program))
         declined = [*declined, *unlowered]
         if not sites:
@@ -140,12 +140,12 @@ def _memory_key(site: Site) -> tuple[str, str] | None:
     """Where memory/tuning.py keeps this site's winning tile: the op, its epilogue and dtype;
     M, N, K and a batched GEMM's batch bucketed (a "matmul" folds a's leading dims into M)."""
     sizes = gemm_sizes(site.a, site.gemm, site.form)
-    dtype = fx.tensor_dtype(site.a)
+    dtype = ops.tensor_dtype(site.a)
     if sizes is None or dtype is None:
         return None
     batch, rows, cols, depth = sizes
     gemm = site.gemm
-    kind = "linear" if gemm.op == "call_module" else fx.op_name(gemm) or str(gemm.target)
+    kind = "linear" if gemm.op == "call_module" else ops.op_name(gemm) or str(gemm.target)
     kind = str(gemm.meta.get(LABEL, kind)).split("(")[0]
     signature = op_signature(kind, tuple(step.op for step in site.steps), str(dtype))
     return signature, shape_class(rows, cols, depth, batch)
@@ -171,13 +171,13 @@ def _replace(gm: torch.fx.GraphModule, site: Site, method_name: str) -> None:
     with graph.inserting_before(site.root):
         args = [site.a, *(_node(graph, v) for v in (site.b, *site.tensors, *site.scalars))]
         reference = _reference(gm, site, args)
-        call = graph.call_function(fx.SelfMethod(method_name, reference), tuple(args))
+        call = graph.call_function(codegen.SelfMethod(method_name, reference), tuple(args))
     call.meta["tensor_meta"] = site.root.meta.get("tensor_meta")
-    fx.replace_uses(site.root, call)
+    graph_edit.replace_uses(site.root, call)
     name = site.root.name
     for node in reversed(site.region):  # in-place ops among them count as effects: not pruned
         graph.erase_node(node)
-    fx.prune(gm)
+    effects.prune(gm)
     call._rename(name)  # forward keeps the name of the value the kernel computes
 
 
@@ -199,7 +199,7 @@ def _node(graph: torch.fx.Graph, value: torch.fx.Node | Attr) -> torch.fx.Node:
         return value
     if value.value is None:
         return graph.get_attr(value.path)
-    return graph.call_function(fx.SelfScalar(value.path, value.value), ())
+    return graph.call_function(tracing.SelfScalar(value.path, value.value), ())
 
 
 def _reference(
@@ -223,9 +223,9 @@ def _emit(
     """The module: the program's prelude, the shared helpers, one kernel per site, and
     ModelNew with Model's __init__, forward written back by fx and one method per site; and
     the kernels' tuning sites (a remembered config replaces a site's table)."""
-    fx.prune(gm)
+    effects.prune(gm)
     gm.graph.lint()
-    fx.propagate(gm, program.inputs)  # the rewritten graph must still run
+    tracing.propagate(gm, program.inputs)  # the rewritten graph must still run
     clash = sorted(n for n in _module_names(program.source) if n.startswith(_PREFIX))
     if clash:
         raise PassError(f"the module already defines {clash[0]}, a name the kernels use")
@@ -242,7 +242,7 @@ def _emit(
             tuned.append(TuningSite(done.kernel, *done.memory_key, remembered is not None))
         methods[done.method] = method(done.method, done.kernel, done.site, doc)
     doc = "triton-gemm: " + "; ".join(done.site.what for done in sites)
-    emitted = fx.emit(program, gm, doc=doc[:300], methods=methods)
+    emitted = codegen.emit(program, gm, doc=doc[:300], methods=methods)
     parts = src.class_parts(emitted, "ModelNew")
     shared = helpers([done.site.steps for done in sites], precision)
     source = src.build_module(

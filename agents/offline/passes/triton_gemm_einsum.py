@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from agents.offline import fxtools as fx
+from agents.offline.fx import graph_edit, ops
 from agents.offline.passes.triton_gemm_read import LABEL
 
 Node = torch.fx.Node
@@ -78,7 +78,7 @@ def lower_einsums(gm: torch.fx.GraphModule) -> tuple[int, list[str]]:
     propagated again."""
     lowered, declined = 0, []
     for node in list(gm.graph.nodes):
-        if fx.op_name(node) != "einsum":
+        if ops.op_name(node) != "einsum":
             continue
         found = _read(node)
         if isinstance(found, str):
@@ -103,12 +103,12 @@ def _read(node: Node) -> tuple[EinsumGemm, Node, Node] | str:
     if isinstance(gemm, str):
         return gemm
     a, b = operands
-    shapes = fx.tensor_shape(a), fx.tensor_shape(b)
+    shapes = ops.tensor_shape(a), ops.tensor_shape(b)
     if shapes[0] is None or shapes[1] is None:
         return "an einsum of operands of unknown shape"
     if len(shapes[0]) != len(gemm.a) or len(shapes[1]) != len(gemm.b):
         return "an einsum whose terms do not match its operands' ranks"
-    dtypes = {fx.tensor_dtype(a), fx.tensor_dtype(b)}
+    dtypes = {ops.tensor_dtype(a), ops.tensor_dtype(b)}
     if dtypes != {torch.float32}:
         return "an einsum that is not fp32"
     size_a = dict(zip(gemm.a, shapes[0], strict=True))
@@ -141,7 +141,7 @@ def _lower(graph: torch.fx.Graph, node: Node, gemm: EinsumGemm, a: Node, b: Node
         if natural != gemm.out:
             order = tuple(natural.index(c) for c in gemm.out)
             result = graph.call_method("permute", (result, *order))
-    fx.replace_uses(node, result)
+    graph_edit.replace_uses(node, result)
     graph.erase_node(node)
 
 

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 import torch.nn as nn
 
-from agents.offline import fxtools as fx
+from agents.offline.fx import effects, ops, tracing
 from agents.offline.passes.triton_gemm_read import FP32, Attr, Gemm, read_gemm
 
 Node = torch.fx.Node
@@ -124,14 +124,14 @@ class _Proto:
 
 def _read(gm: torch.fx.GraphModule, node: Node) -> _Proto | None:
     """The op a node applies, as a fusable step; None when it is not one the kernel fuses."""
-    module = fx.call_module(gm, node)
+    module = ops.call_module(gm, node)
     if module is not None:
         return _module_op(module, str(node.target), node)
-    name = fx.op_name(node)
+    name = ops.op_name(node)
     if name == "clip":
         name = "clamp"
     signature = _SIGNATURES.get(name or "")
-    args = fx.arguments(node, signature) if signature else None
+    args = ops.arguments(node, signature) if signature else None
     if args is None or set(args) - set(signature or ()):
         return None
     x = args.get("input")
@@ -158,7 +158,7 @@ def _read(gm: torch.fx.GraphModule, node: Node) -> _Proto | None:
         return _Proto("softplus", [x, args.get("beta", 1.0), args.get("threshold", 20.0)])
     if name == "pow":
         exponent = args.get("exponent")
-        return _Proto("square", [x]) if fx.is_scalar(exponent) and exponent == 2 else None
+        return _Proto("square", [x]) if ops.is_scalar(exponent) and exponent == 2 else None
     if name == "dropout":
         identity = args.get("p", 0.5) == 0 or args.get("training", True) is False
         return _Proto("identity", [x]) if identity else None
@@ -168,8 +168,8 @@ def _read(gm: torch.fx.GraphModule, node: Node) -> _Proto | None:
 def _row_op(name: str, args: dict[str, Any]) -> _Proto | None:
     if name not in ROW_OPS or args.get("dtype") is not None:
         return None
-    shape = fx.tensor_shape(args.get("input"))
-    if not shape or fx.dims_of(args.get("dim"), len(shape)) != (len(shape) - 1,):
+    shape = ops.tensor_shape(args.get("input"))
+    if not shape or ops.dims_of(args.get("dim"), len(shape)) != (len(shape) - 1,):
         return None  # only a reduction over the GEMM's output dim stays inside one row
     keepdim = args.get("keepdim", False)
     if not isinstance(keepdim, bool):
@@ -218,7 +218,7 @@ def _module_op(module: nn.Module, path: str, node: Node) -> _Proto | None:
 
 def _private_inplace(gm: torch.fx.GraphModule, node: Node) -> bool:
     """An in-place op is fused only when it writes a value nothing else reads."""
-    if not fx.is_mutating(gm, node):
+    if not effects.is_mutating(gm, node):
         return True
     target = node.args[0] if node.args else None
     return isinstance(target, Node) and set(target.users) == {node}
@@ -236,7 +236,7 @@ def site_at(gm: torch.fx.GraphModule, node: Node) -> Site | str | None:
 
 
 def _site(gm: torch.fx.GraphModule, gemm: Gemm) -> Site | str:
-    shape = fx.tensor_shape(gemm.node)
+    shape = ops.tensor_shape(gemm.node)
     assert shape is not None
     protos = _grow(gm, gemm, shape)
     root = _choose_root(gemm.node, protos)
@@ -264,10 +264,10 @@ def _grow(gm: torch.fx.GraphModule, gemm: Gemm, shape: tuple[int, ...]) -> dict[
         proto = _read(gm, node)
         if proto is None:
             continue
-        if fx.is_mutating(gm, node):
+        if effects.is_mutating(gm, node):
             if not _private_inplace(gm, node):
                 continue
-        elif fx.has_effects(gm, node):
+        elif effects.has_effects(gm, node):
             continue
         kind = _kind(proto, node, inside, after, shape, rows_ok)
         if kind is not None:
@@ -287,13 +287,13 @@ def _kind(
 ) -> str | None:
     """What the kernel holds for `node`: "tile" (BLOCK_M x BLOCK_N values) or "row" (one per
     row, after a reduction over N); None when the kernel cannot compute it."""
-    if fx.tensor_dtype(node) != FP32:
+    if ops.tensor_dtype(node) != FP32:
         return None
     values = [v for v in proto.operands if isinstance(v, Node) and v in inside]
     escaped = [v for v in proto.operands if isinstance(v, Node) and v in after and v not in inside]
     if not values or escaped:
         return None  # no epilogue input, or one computed from the GEMM outside the epilogue
-    out = fx.tensor_shape(node)
+    out = ops.tensor_shape(node)
     keep_shape = (*shape[:-1], 1)
     if proto.op in ROW_OPS:
         if not rows_ok or inside.get(proto.operands[0]) != "tile":
@@ -304,11 +304,11 @@ def _kind(
     tiles = [v for v in values if inside[v] == "tile"]
     rows = [v for v in values if inside[v] == "row"]
     if tiles:
-        if out != shape or any(fx.tensor_shape(v) != keep_shape for v in rows):
+        if out != shape or any(ops.tensor_shape(v) != keep_shape for v in rows):
             return None
         kind = "tile"
     else:
-        if out not in (keep_shape, shape[:-1]) or any(fx.tensor_shape(v) != out for v in rows):
+        if out not in (keep_shape, shape[:-1]) or any(ops.tensor_shape(v) != out for v in rows):
             return None
         kind = "row"
     for operand in proto.operands:
@@ -318,13 +318,13 @@ def _kind(
 
 
 def _operand_ok(value: Any, inside: dict[Node, str], kind: str, shape: tuple[int, ...]) -> bool:
-    if isinstance(value, Attr) or (fx.is_scalar(value) and not isinstance(value, bool)):
+    if isinstance(value, Attr) or (ops.is_scalar(value) and not isinstance(value, bool)):
         return True
     if not isinstance(value, Node):
         return False
     if value in inside:
         return True
-    meta = fx.tensor_meta(value)
+    meta = ops.tensor_meta(value)
     if meta is None:  # a Python number computed in forward (a size, self.scale)
         return "tensor_meta" not in value.meta and value.meta.get("type") in (int, float)
     if kind != "tile" or meta.dtype != FP32:
@@ -385,7 +385,7 @@ def _number(gemm: Gemm, root: Node, region: tuple[Node, ...], protos: dict[Node,
         if isinstance(value, Node) and value in values:
             return Ref("value", values[value])
         if (isinstance(value, Attr) and value.value is None) or (
-            isinstance(value, Node) and fx.tensor_meta(value) is not None
+            isinstance(value, Node) and ops.tensor_meta(value) is not None
         ):
             if value not in tensors:
                 tensors.append(value)
@@ -426,7 +426,7 @@ def _number(gemm: Gemm, root: Node, region: tuple[Node, ...], protos: dict[Node,
         values[node] = add(Step(proto.op, refs, option=proto.option, row=proto.row))
     result = values[root]
     rows = kinds[result]
-    keepdim = rows and fx.tensor_shape(root) == (*(fx.tensor_shape(gemm.node) or ())[:-1], 1)
+    keepdim = rows and ops.tensor_shape(root) == (*(ops.tensor_shape(gemm.node) or ())[:-1], 1)
     return Site(
         gemm=gemm.node,
         root=root,
@@ -463,7 +463,7 @@ def _describe(proto: _Proto, values: dict[Node, int]) -> str:
 
 
 def _label(value: Any) -> str:
-    scalar = fx.self_scalar(value)
+    scalar = tracing.self_scalar(value)
     if scalar is not None:
         return f"self.{scalar.name}"
     if isinstance(value, Attr):

@@ -16,7 +16,7 @@ import torch
 import torch.fx
 import torch.nn as nn
 
-from agents.offline import fxtools as fx
+from agents.offline.fx import ops
 
 Node = torch.fx.Node
 FP32 = torch.float32
@@ -62,7 +62,7 @@ _SCALED = ("addmm", "baddbmm")
 def read_gemm(gm: torch.fx.GraphModule, node: Node) -> Gemm | str | None:
     """The GEMM `node` computes; a reason when it is one the kernel cannot take; None when
     it is no GEMM."""
-    module = fx.call_module(gm, node)
+    module = ops.call_module(gm, node)
     if isinstance(module, nn.Linear):
         if type(module).forward is not nn.Linear.forward or len(node.args) != 1 or node.kwargs:
             return f"{node.name}: a Linear subclass or call the pass cannot read"
@@ -70,18 +70,18 @@ def read_gemm(gm: torch.fx.GraphModule, node: Node) -> Gemm | str | None:
         bias = Attr(f"{node.target}.bias") if module.bias is not None else None
         label = f"self.{node.target}"
         gemm = Gemm(node, "linear", node.args[0], weight, bias, label, "linear")
-        dtypes = {module.weight.dtype, fx.tensor_dtype(node.args[0]), fx.tensor_dtype(node)}
+        dtypes = {module.weight.dtype, ops.tensor_dtype(node.args[0]), ops.tensor_dtype(node)}
         if module.bias is not None:
             dtypes.add(module.bias.dtype)
         return _shapes(gemm, tuple(module.weight.shape), dtypes)
-    name = fx.op_name(node)
+    name = ops.op_name(node)
     if name not in _SIGNATURES:
         return None
-    args = fx.arguments(node, _SIGNATURES[name])
+    args = ops.arguments(node, _SIGNATURES[name])
     if args is None or set(args) - set(_SIGNATURES[name]):
         return f"{node.name}: {name} called with arguments the pass does not read"
     alpha, beta = args.get("alpha", 1), args.get("beta", 1)
-    if not (fx.is_scalar(alpha) and fx.is_scalar(beta)):
+    if not (ops.is_scalar(alpha) and ops.is_scalar(beta)):
         return f"{node.name}: {name} with a beta or alpha computed in forward"
     if name in _SCALED:
         a, b = args.get("mat1", args.get("batch1")), args.get("mat2", args.get("batch2"))
@@ -94,16 +94,16 @@ def read_gemm(gm: torch.fx.GraphModule, node: Node) -> Gemm | str | None:
         return f"{node.name}: {name} of a constant"
     if bias is not None and not isinstance(bias, Node):
         return f"{node.name}: {name} with a constant bias"
-    shape_b = fx.tensor_shape(b)
+    shape_b = ops.tensor_shape(b)
     if shape_b is None:
         return f"{node.name}: {name} operand of unknown shape"
     form = "linear" if name == "linear" else "matmul"
     label = str(node.meta.get(LABEL, name))
     kind = label.split("(")[0]
     gemm = Gemm(node, form, a, b, bias, label, kind, float(alpha), float(beta))
-    dtypes = {fx.tensor_dtype(a), fx.tensor_dtype(b), fx.tensor_dtype(node)}
+    dtypes = {ops.tensor_dtype(a), ops.tensor_dtype(b), ops.tensor_dtype(node)}
     if bias is not None:
-        dtypes.add(fx.tensor_dtype(bias))
+        dtypes.add(ops.tensor_dtype(bias))
     return _shapes(gemm, shape_b, dtypes)
 
 
@@ -114,8 +114,8 @@ def _shapes(gemm: Gemm, shape_b: tuple[int, ...], dtypes: set[Any]) -> Gemm | st
     if dtypes != {FP32}:
         kinds = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
         return f"{name}: a {kinds} GEMM; the kernel is for fp32 (3xTF32 is an fp32 scheme)"
-    shape_a = fx.tensor_shape(gemm.a)
-    out = fx.tensor_shape(gemm.node)
+    shape_a = ops.tensor_shape(gemm.a)
+    out = ops.tensor_shape(gemm.node)
     if shape_a is None or out is None or not shape_a:
         return f"{name}: operand of unknown shape"
     if gemm.form == "linear":
@@ -145,7 +145,7 @@ def _shapes(gemm: Gemm, shape_b: tuple[int, ...], dtypes: set[Any]) -> Gemm | st
 def gemm_sizes(gemm_a: Node, gemm_out: Node, form: str) -> tuple[int, int, int, int] | None:
     """(batch, M, N, K) of a site from its traced shapes: a "matmul" folds a's leading dims
     into M; a "batched" GEMM's batch is the product of the output's leading dims."""
-    shape_a, out = fx.tensor_shape(gemm_a), fx.tensor_shape(gemm_out)
+    shape_a, out = ops.tensor_shape(gemm_a), ops.tensor_shape(gemm_out)
     if not shape_a or not out:
         return None
     if form == "batched":
