@@ -20,7 +20,6 @@ Modes, best first (`find_jail` probes them once per process, each with a real
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import glob
 import os
@@ -35,7 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SANDBOX_ID = 65534
+from agents.sandbox.privileges import SANDBOX_ID, drop_and_stage
+
 NOBODY, ROOT_USERNS, ROOT, USER = "nobody", "root-userns", "root", "user"
 RLIMIT_MODES = (NOBODY, USER)
 """Modes where RLIMIT_NPROC holds; the others need the watcher."""
@@ -185,9 +185,8 @@ s of every CLI call's first verdict)."""
 
 def probe(jail: Jail, timeout_s: float = 120.0) -> str | None:
     """Start the interpreter in `jail` the way a candidate starts and read torch's files: the
-    mode works only if its uid can read the environment. The error's last line, or None."""
-    from agents.sandbox.launch import _drop_and_stage  # the same preexec as a real launch
-
+    mode works only if its uid can read the environment (its preexec is a real launch's:
+    agents.sandbox.privileges). The error's last line, or None."""
     code = PROBE_CODE if _has_torch() else "import sys"
     workdir = Path(tempfile.mkdtemp(prefix="kernel-agent-probe-"))
     plan = None
@@ -208,7 +207,7 @@ def probe(jail: Jail, timeout_s: float = 120.0) -> str | None:
             capture_output=True,
             timeout=timeout_s,
             pass_fds=plan.pass_fds,
-            preexec_fn=functools.partial(_drop_and_stage, plan),
+            preexec_fn=functools.partial(drop_and_stage, plan.stage, plan.drop_ids),
             start_new_session=True,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp"},
             check=False,
@@ -454,7 +453,7 @@ def _namespace_options(jail: Jail) -> list[str]:
 
 def _stage(plan: JailPlan, sources: list[str]) -> None:
     """Mountpoints root binds the unreachable sources on, in the child's own mount namespace
-    (see agents.sandbox.launch._drop_and_stage); the command then names them as sources."""
+    (see agents.sandbox.privileges.drop_and_stage); the command then names them as sources."""
     stage_dir = tempfile.mkdtemp(prefix="kernel-agent-stage-")
     os.chmod(stage_dir, 0o711)
     plan.stage_dir = stage_dir
@@ -466,16 +465,3 @@ def _stage(plan: JailPlan, sources: list[str]) -> None:
             Path(target).touch(0o600)
         plan.stage.append((path, target))
         plan.argv[plan.argv.index(f"@stage{index}")] = target
-
-
-# libc's mount and unshare, looked up once in the parent: a forked child must not dlopen.
-def _load_libc():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-LIBC = _load_libc()

@@ -10,13 +10,12 @@ code we do not trust, and a second spawn path is a second place to forget a wall
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import resource
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,9 +25,7 @@ from agents.sandbox.caches import CacheClaim, claim_cache
 from agents.sandbox.cgroup import WorkerCgroup
 from agents.sandbox.env import sandbox_environment
 from agents.sandbox.jail import (
-    LIBC,
     NOBODY,
-    SANDBOX_ID,
     Jail,
     JailPlan,
     find_jail,
@@ -36,6 +33,7 @@ from agents.sandbox.jail import (
     prepare_writable,
     unavailable_reason,
 )
+from agents.sandbox.privileges import LIBC, SANDBOX_ID, drop_and_stage
 from agents.sandbox.quota import (
     MONITOR,
     DirectoryQuota,
@@ -176,35 +174,11 @@ def _limit_child(address_space: int | None, file_size: int, parent: int | None =
     # were killed (a Ray worker cancelled by force, a pool's parent killed): on Linux the
     # kernel sends it SIGKILL when the thread that started it dies (run_child's thread, which
     # outlives the child anyway). It holds across execve, except into a set-user-ID binary,
-    # and a change of user clears it: it is set after `_drop_and_stage`.
+    # and a change of user clears it: it is set after `drop_and_stage`.
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if parent is not None and os.getppid() != parent:
             os._exit(1)  # the parent died before prctl took effect
-
-
-CLONE_NEWNS = 0x00020000
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-
-
-def _drop_and_stage(plan: JailPlan | None) -> None:
-    """In the forked child, before bubblewrap: as root, bind what uid 65534 cannot reach onto
-    the staging mountpoints in a mount namespace of its own (nothing leaks to the host), then
-    drop to uid/gid 65534 with no supplementary groups."""
-    if plan is None:
-        return
-    if plan.stage:
-        if LIBC is None or LIBC.unshare(CLONE_NEWNS) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) for staging")
-        if LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            raise OSError(ctypes.get_errno(), "making / private for staging")
-        for source, target in plan.stage:
-            if LIBC.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None) != 0:
-                raise OSError(ctypes.get_errno(), f"staging {source}")
-    if plan.drop_ids:
-        os.setgroups([])
-        os.setgid(SANDBOX_ID)
-        os.setuid(SANDBOX_ID)
 
 
 def _child_setup(
@@ -223,7 +197,8 @@ def _child_setup(
     if cgroup_fd is not None:
         with contextlib.suppress(OSError):  # the parent checks, and says so if it failed
             WorkerCgroup.join(cgroup_fd)
-    _drop_and_stage(plan)
+    if plan is not None:
+        drop_and_stage(plan.stage, plan.drop_ids)
     _limit_child(address_space, file_size, parent)
     if nproc is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
@@ -257,17 +232,9 @@ def _per_namespace_nproc() -> bool:
 def launch(spec: LaunchSpec) -> Launched:
     """Start spec.argv under every wall. Raises JailUnavailable when the jail was asked for and
     cannot start, LaunchError when the child cannot be started at all."""
-    jail: Jail | None = None
-    if spec.jail:
-        jail = find_jail()
-        if jail is None:
-            raise JailUnavailable(
-                f"{unavailable_reason()}: install it (apt-get install bubblewrap / dnf install "
-                "bubblewrap), or pass --no-jail to run candidates without it"
-            )
+    jail = _requested_jail(spec)
     limits = spec.limits
     cap = process_cap(spec.threads, limits)
-    cpus = spec.cpus if spec.cpus is not None else default_cpus(spec.threads)
     general = seccomp.general_filter()
     claim: CacheClaim | None = None  # held against agents.sandbox.caches' sweep until close
     if spec.cache_dir is not None:  # emptied when over either quota already: start afresh
@@ -282,37 +249,96 @@ def launch(spec: LaunchSpec) -> Launched:
     address_space = None
     if spec.device != "cuda":
         address_space = limits.address_space_bytes or default_address_space()
-    plan, loader, rlimit, watched_cap = None, None, None, None
+    walls = _walls(jail, spec, general, cap)
+    cgroup, cgroup_fd = _new_cgroup()
+    cpus = spec.cpus if spec.cpus is not None else default_cpus(spec.threads)
+    preexec = functools.partial(
+        _child_setup,
+        walls.plan,
+        address_space,
+        limits.file_size_bytes,
+        os.getpid(),
+        walls.rlimit,
+        cpus,
+        walls.loader,
+        cgroup_fd,
+    )
+    process = _spawn(spec, walls, env, preexec, cgroup, cgroup_fd, jailed=jail is not None)
+    cgroup, cgroup_line = _joined_cgroup(cgroup, process.pid)
+    isolation = _describe(
+        jail, general, walls.loader, cap, walls.watched_cap, limits, address_space, cgroup_line
+    )
+    watch = _watch(spec, process.pid, walls.watched_cap, by_session=jail is None)
+    return Launched(
+        process,
+        isolation,
+        watch=watch,
+        plan=walls.plan,
+        cache_dir=spec.cache_dir,
+        cgroup=cgroup,
+        claim=claim,
+    )
+
+
+def _requested_jail(spec: LaunchSpec) -> Jail | None:
+    """The jail to start in, or None when the user asked for none; asked for and not
+    available here is an error that says what to do."""
+    if not spec.jail:
+        return None
+    jail = find_jail()
+    if jail is None:
+        raise JailUnavailable(
+            f"{unavailable_reason()}: install it (apt-get install bubblewrap / dnf install "
+            "bubblewrap), or pass --no-jail to run candidates without it"
+        )
+    return jail
+
+
+@dataclass(frozen=True)
+class _Walls:
+    """How the process cap and the system-call filter are enforced for one child."""
+
+    argv: list[str]
+    plan: JailPlan | None = None  # the bubblewrap command, in the jail
+    loader: seccomp.Loader | None = None  # the filters the preexec loads, without the jail
+    rlimit: int | None = None  # RLIMIT_NPROC the preexec sets
+    watched_cap: int | None = None  # the cap the quota watcher enforces from outside
+
+
+def _walls(jail: Jail | None, spec: LaunchSpec, general: bytes | None, cap: int) -> _Walls:
+    """In the jail: bubblewrap's command, its cap as RLIMIT_NPROC inside or watched. Without:
+    the filters loaded in the preexec, and the cap as an rlimit (watched for root, whom an
+    rlimit does not bind)."""
     argv = list(spec.argv)
-    writable = [spec.workdir, *([spec.cache_dir] if spec.cache_dir is not None else [])]
     if jail is not None:
+        writable = [spec.workdir, *([spec.cache_dir] if spec.cache_dir is not None else [])]
         try:
             plan = _jail_plan(jail, spec, argv, writable, cap)
         except OSError as error:
             raise JailUnavailable(f"the jail could not be prepared: {error}") from None
-        argv = plan.argv
-        watched_cap = None if jail.rlimit_nproc else cap
-    else:
-        loader = seccomp.Loader(general, kill_filter=True)
-        if os.geteuid() == 0:
-            watched_cap = cap
-        else:
-            rlimit = cap + _user_tasks(os.getuid())
-    cgroup, cgroup_fd = _new_cgroup()
-    preexec = functools.partial(
-        _child_setup,
-        plan,
-        address_space,
-        limits.file_size_bytes,
-        os.getpid(),
-        rlimit,
-        cpus,
-        loader,
-        cgroup_fd,
-    )
+        return _Walls(plan.argv, plan=plan, watched_cap=None if jail.rlimit_nproc else cap)
+    loader = seccomp.Loader(general, kill_filter=True)
+    if os.geteuid() == 0:
+        return _Walls(argv, loader=loader, watched_cap=cap)
+    return _Walls(argv, loader=loader, rlimit=cap + _user_tasks(os.getuid()))
+
+
+def _spawn(
+    spec: LaunchSpec,
+    walls: _Walls,
+    env: dict[str, str],
+    preexec: Callable[[], None],
+    cgroup: WorkerCgroup | None,
+    cgroup_fd: int | None,
+    *,
+    jailed: bool,
+) -> subprocess.Popen:
+    """Popen with the preexec; a failure undoes the plan's staging and the cgroup, and the
+    parent's copies of the child's descriptors are closed either way."""
+    plan = walls.plan
     try:
-        process = subprocess.Popen(
-            argv,
+        return subprocess.Popen(
+            walls.argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -327,45 +353,40 @@ def launch(spec: LaunchSpec) -> Launched:
             plan.cleanup()
         if cgroup is not None:
             cgroup.remove()
-        kind = JailUnavailable if jail is not None else LaunchError
+        kind = JailUnavailable if jailed else LaunchError
         raise kind(f"the sandboxed child could not start: {error}") from None
     finally:
         if plan is not None:
             plan.close_fds()
         if cgroup_fd is not None:
             os.close(cgroup_fd)
-    cgroup_line = "own cgroup (frozen, counted and killed as one)"
+
+
+def _joined_cgroup(cgroup: WorkerCgroup | None, pid: int) -> tuple[WorkerCgroup | None, str]:
+    """The cgroup the child did join (None where it could not), and how the verdict says so."""
+    line = "own cgroup (frozen, counted and killed as one)"
     if cgroup is None:
-        cgroup_line = f"no cgroup ({cgroups.probe().reason or 'none could be made'})"
-    elif not cgroup.holds(process.pid):
+        line = f"no cgroup ({cgroups.probe().reason or 'none could be made'})"
+    elif not cgroup.holds(pid):
         cgroup.remove()
-        cgroup, cgroup_line = None, "no cgroup (the child could not join its own)"
+        cgroup, line = None, "no cgroup (the child could not join its own)"
     if cgroup is None:
-        cgroup_line += ": stopped by signals, its processes re-read at every stop"
-    isolation = _describe(
-        jail, general, loader, cap, watched_cap, limits, address_space, cgroup_line
-    )
+        line += ": stopped by signals, its processes re-read at every stop"
+    return cgroup, line
+
+
+def _watch(spec: LaunchSpec, pid: int, watched_cap: int | None, *, by_session: bool) -> Watch:
+    """The quota monitor's watch on the child: scratch and cache sizes, and the task cap
+    where no rlimit enforces it."""
+    limits = spec.limits
     quotas = [DirectoryQuota(spec.workdir, limits.tmpfs_bytes, limits.cache_files, "scratch")]
     if spec.cache_dir is not None:
         quotas.append(
             DirectoryQuota(spec.cache_dir, limits.cache_bytes, limits.cache_files, "cache")
         )
-    watch = Watch(
-        pid=process.pid,
-        directories=quotas,
-        max_tasks=watched_cap,
-        by_session=jail is None,
-    )
+    watch = Watch(pid=pid, directories=quotas, max_tasks=watched_cap, by_session=by_session)
     MONITOR.add(watch)
-    return Launched(
-        process,
-        isolation,
-        watch=watch,
-        plan=plan,
-        cache_dir=spec.cache_dir,
-        cgroup=cgroup,
-        claim=claim,
-    )
+    return watch
 
 
 def _new_cgroup() -> tuple[WorkerCgroup | None, int | None]:
