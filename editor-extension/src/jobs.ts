@@ -17,6 +17,71 @@ export type JobInfo = {
   message?: string;
 };
 
+/** The server's push of its running jobs (server/running_jobs.py), declared by the client's
+ * `experimental.kernelAgent.jobsChanged`: params `{jobs: [...]}`, each as `kernelAgent.jobs`
+ * answers. */
+export const JOBS_CHANGED = "kernelAgent/jobsChanged";
+
+function isJob(value: unknown): value is JobInfo {
+  const job = value as Partial<JobInfo> | null;
+  return (
+    typeof job === "object" &&
+    job !== null &&
+    typeof job.jobId === "string" &&
+    typeof job.kind === "string" &&
+    typeof job.uri === "string" &&
+    typeof job.target === "string"
+  );
+}
+
+/** The jobs of a `kernelAgent.jobs` answer or a `jobsChanged` push, or undefined when it
+ * is neither (a malformed entry is dropped, not shown half). */
+export function readJobs(value: unknown): JobInfo[] | undefined {
+  const list = Array.isArray(value) ? value : (value as { jobs?: unknown } | null)?.jobs;
+  return Array.isArray(list) ? list.filter(isJob) : undefined;
+}
+
+/**
+ * The running jobs as the server last said them. The server pushes the list whenever a job
+ * starts, advances or ends, so the client asks only once, when it connects; an answer to
+ * that question is dropped when a push arrived after it was asked (the push is as new).
+ */
+export class JobBoard {
+  private list: JobInfo[] = [];
+  private pushes = 0;
+
+  get jobs(): readonly JobInfo[] {
+    return this.list;
+  }
+
+  /** A `jobsChanged` push; false when it carried no job list. */
+  pushed(params: unknown): boolean {
+    const jobs = readJobs(params);
+    if (!jobs) return false;
+    this.pushes += 1;
+    this.list = jobs;
+    return true;
+  }
+
+  /** Before asking `kernelAgent.jobs`: the mark to give `answered`. */
+  asking(): number {
+    return this.pushes;
+  }
+
+  /** The answer to a question asked at `mark`; false when it was dropped. */
+  answered(mark: number, answer: unknown): boolean {
+    const jobs = readJobs(answer);
+    if (!jobs || this.pushes !== mark) return false;
+    this.list = jobs;
+    return true;
+  }
+
+  /** The server stopped: no job runs. */
+  clear(): void {
+    this.list = [];
+  }
+}
+
 /** A finished search's confirmed figure, in the server's words, and the target it was for. */
 export type Verified = { summary: string; speedup: number; target?: string };
 

@@ -1,6 +1,13 @@
-// URIs of the read-only documents a rewrite's diff shows: scheme `kernel-agent-rewrite`,
-// the path names the file and target (VS Code shows it as the tab's title and picks the
-// language from its extension), the query carries the document's URI, target and side.
+// URIs of the read-only documents a rewrite's diff shows, and of the diff the server asks a
+// client to show (window/showDocument, to a client that declared
+// `experimental.kernelAgent.rewriteUri`; server/rewrite_diff.py builds the same URIs):
+//
+//   kernel-agent-rewrite:/<stem> (<target>, current|rewrite)<ext>?<query>
+//
+// The path is a label (the tab's title; its extension picks the language). The query, once
+// percent-decoded like any URI component, is form-encoded: `uri` (the document's URI),
+// `target` (the target's name), `side` (`original`: the document now, `rewritten`: as
+// accepting would leave it).
 
 export const SCHEME = "kernel-agent-rewrite";
 
@@ -42,9 +49,14 @@ export function diffTitle(uri: string, target: string, summary: string | undefin
   return `${basename(uri)}: ${target} ↔ rewrite${summary ? ` (${summary})` : ""}`;
 }
 
-/** `{stem}.{target}.diff` in the server's diff folder (server/features/rewrites.py
- * show_diff) → the stem and target, so the extension can show its own diff instead. */
-export function parseServerDiffPath(path: string): { stem: string; target: string } | undefined {
-  const match = /kernel-agent-diffs-[^/\\]+[/\\](.+)\.([A-Za-z_][A-Za-z0-9_]*)\.diff$/.exec(path);
-  return match ? { stem: match[1], target: match[2] } : undefined;
+/** The reference a `kernel-agent-rewrite:` URI string carries (as the server sends it in
+ * window/showDocument: percent-encoded), or undefined for any other URI. */
+export function parseRewriteUriString(text: string): RewriteRef | undefined {
+  const match = /^([A-Za-z][A-Za-z0-9+.-]*):[^?#]*\?([^#]*)/.exec(text);
+  if (!match) return undefined;
+  try {
+    return parseRewriteUri({ scheme: match[1], query: decodeURIComponent(match[2]) });
+  } catch {
+    return undefined; // a malformed percent-encoding
+  }
 }

@@ -1,6 +1,15 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { SpeedupStatus, jobLabel, runningBest, searchBest, statusText, verifiedResult } from "../src/jobs.ts";
+import {
+  JobBoard,
+  SpeedupStatus,
+  jobLabel,
+  readJobs,
+  runningBest,
+  searchBest,
+  statusText,
+  verifiedResult,
+} from "../src/jobs.ts";
 
 const SEARCHING = "iteration 3/16 · searching: best 8.50x so far · 41 candidates";
 
@@ -56,4 +65,43 @@ test("the status bar lists jobs with the running searches' best, labelled as the
   assert.equal(statusText([{ ...job, message: "starting" }], undefined).text, "$(sync~spin) 1 job");
   assert.equal(statusText([], undefined).text, "$(rocket) Kernel Agent");
   assert.equal(jobLabel(job), "Optimizing Model: 42% iteration 3/16 · searching: best 1.80x so far");
+});
+
+const JOB = { jobId: "j1", kind: "optimize", uri: "file:///a.py", target: "Model", percent: 0, message: "starting" };
+
+test("a jobsChanged push and a kernelAgent.jobs answer read the same jobs; anything else is no list", () => {
+  assert.deepEqual(readJobs({ jobs: [JOB] }), [JOB]);
+  assert.deepEqual(readJobs([JOB]), [JOB]);
+  assert.deepEqual(readJobs({ jobs: [] }), []);
+  assert.deepEqual(readJobs({ jobs: [JOB, { jobId: 3 }, null, "x"] }), [JOB]); // a malformed entry is dropped
+  assert.equal(readJobs({}), undefined);
+  assert.equal(readJobs(null), undefined);
+  assert.equal(readJobs({ jobs: "j1" }), undefined);
+});
+
+test("the board follows the server's pushes: a job starts, advances and ends", () => {
+  const board = new JobBoard();
+  assert.deepEqual(board.jobs, []);
+  assert.equal(board.pushed({ jobs: [JOB] }), true);
+  assert.deepEqual(board.jobs, [JOB]);
+  const later = { ...JOB, percent: 40, message: "iteration 2/4" };
+  board.pushed({ jobs: [later] });
+  assert.equal(statusText(board.jobs, undefined).text, "$(sync~spin) 1 job");
+  assert.equal(board.pushed({ nothing: true }), false); // not a list: the board keeps what it had
+  assert.deepEqual(board.jobs, [later]);
+  board.pushed({ jobs: [] });
+  assert.deepEqual(board.jobs, []);
+});
+
+test("the answer to the question asked on connect loses to a push that came after it was asked", () => {
+  const board = new JobBoard();
+  const mark = board.asking();
+  board.pushed({ jobs: [] }); // the job ended while the question was on its way
+  assert.equal(board.answered(mark, [JOB]), false);
+  assert.deepEqual(board.jobs, []);
+  const again = board.asking();
+  assert.equal(board.answered(again, [JOB]), true);
+  assert.deepEqual(board.jobs, [JOB]);
+  board.clear(); // the server stopped
+  assert.deepEqual(board.jobs, []);
 });

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { SCHEME, diffTitle, parseRewriteUri, parseServerDiffPath, rewriteUriParts } from "../src/rewriteUri.ts";
+import { SCHEME, diffTitle, parseRewriteUri, parseRewriteUriString, rewriteUriParts } from "../src/rewriteUri.ts";
 
 const uri = "file:///work/my%20proj/13_gemm.py";
 
@@ -27,7 +27,25 @@ test("the diff's title", () => {
   assert.equal(diffTitle(uri, "Model", "1.42x faster, verified"), "13_gemm.py: Model ↔ rewrite (1.42x faster, verified)");
 });
 
-test("the server's unified diff files are recognised", () => {
-  assert.deepEqual(parseServerDiffPath("/tmp/kernel-agent-diffs-ab12/13_gemm.Model.diff"), { stem: "13_gemm", target: "Model" });
-  assert.equal(parseServerDiffPath("/tmp/other/13_gemm.Model.diff"), undefined);
+// Written by server/rewrite_diff.py's rewrite_uri (tests/unit/test_rewrite_uri.py checks the
+// same strings): the server's URIs read back here, so the two sides cannot drift apart.
+const FROM_SERVER =
+  "kernel-agent-rewrite:/13_gemm%20%28Model%2C%20rewrite%29.py?uri%3Dfile%253A%252F%252F%252Fwork%252Fmy%252520proj%252F13_gemm.py%26target%3DModel%26side%3Drewritten";
+const FROM_SERVER_ORIGINAL =
+  "kernel-agent-rewrite:/x%20%28fn_1%2C%20current%29.py?uri%3Dfile%253A%252F%252F%252Fwork%252Fa%252526b%252Fx.py%26target%3Dfn_1%26side%3Doriginal";
+
+test("the server's rewrite URIs are read back (a document URI with %20 or & intact)", () => {
+  assert.deepEqual(parseRewriteUriString(FROM_SERVER), { uri, target: "Model", side: "rewritten" });
+  assert.deepEqual(parseRewriteUriString(FROM_SERVER_ORIGINAL), {
+    uri: "file:///work/a%26b/x.py",
+    target: "fn_1",
+    side: "original",
+  });
+});
+
+test("other URI strings are not rewrites", () => {
+  assert.equal(parseRewriteUriString("file:///tmp/kernel-agent-diffs-ab12/13_gemm.Model.diff"), undefined);
+  assert.equal(parseRewriteUriString("kernel-agent-rewrite:/x.py"), undefined);
+  assert.equal(parseRewriteUriString("kernel-agent-rewrite:/x.py?%E0%A4%A"), undefined);
+  assert.equal(parseRewriteUriString("kernel-agent-rewrite:/x.py?uri%3Da%26target%3DM%26side%3Dleft"), undefined);
 });
