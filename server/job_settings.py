@@ -1,130 +1,105 @@
-"""The settings a job's worker accepts, checked before a process is started.
+"""A job's settings, by the request's own field paths (`search.iterations`, `memory.enabled`:
+agents/request/table.py), checked and turned into the typed request its worker runs.
 
-The manager checks them so a typo fails the job at once with one line; the worker maps them
-onto the CLI's `optimize` arguments, so an editor run and a terminal run search alike.
+The manager does this before a process is started, so a typo or a bad value fails the job at
+once with one line naming the setting; the worker then runs an `OptimizeRequest` exactly as
+the CLI would, so an editor run and a terminal run search alike.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from agents.llm.base import ROLES
-from agents.llm.config import BACKENDS
-from agents.profile.api import DEVICES
-from agents.task import SIZES
+from agents.request.defaults import EVAL_BACKENDS
+from agents.request.requests import OptimizeRequest, ProfileRequest
+from agents.request.settings import RequestError
+from agents.request.table import BY_PATH, with_values
+from agents.request.target import Target
 
-JOB_KINDS = ("optimize", "profile")
-TARGET_KINDS = ("module", "function", "triton", "cuda")
-
-_COUNTS = ("beam", "plans", "samples", "iters", "patience", "max_evals", "threads", "repeat")
-_COUNTS_ZERO = ("repairs", "seed")
-_POSITIVE = ("max_cost", "max_time", "timing_budget")
-_BOOLS = ("no_memory", "profile", "jail")
-_STRINGS = ("model", "base_url", "memory", "config", "ray_address")
-KNOWN = (
-    "llm",
-    "device",
-    "size",
-    "max_tokens",
-    "parallel_evals",
-    "eval_backend",
-    *_COUNTS,
-    *_COUNTS_ZERO,
-    *_POSITIVE,
-    *_BOOLS,
-    *_STRINGS,
+_COUNTS = (
+    "search.beam",
+    "search.plans",
+    "search.samples",
+    "search.iterations",
+    "search.patience",
+    "budget.max_evals",
+    "budget.max_tokens",
+    "evaluation.threads",
+    "evaluation.parallel_evals",
 )
+_COUNTS_ZERO = ("search.repairs", "seed")
+_POSITIVE = ("budget.max_cost", "budget.max_time", "evaluation.timing_budget")
+_SECRETS = ("api_key", "api_keys", "key")
+PROFILE_FIELDS = {
+    "evaluation.device": "device",
+    "evaluation.size": "size",
+    "evaluation.threads": "threads",
+    "evaluation.jail": "jail",
+}
+"""The settings a profile job takes, and their names in a `ProfileRequest`."""
 
 
 class SettingsError(ValueError):
-    """A bad worker setting; one line naming it."""
+    """A bad job setting; one line naming it."""
 
 
 def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings with None values dropped and paths made absolute; SettingsError for the
-    first bad one."""
+    """The settings with None values dropped; SettingsError for the first unknown path or
+    value out of range (types are checked when the request is built)."""
     if not isinstance(settings, Mapping):
-        raise SettingsError("settings must be an object of name → value")
+        raise SettingsError("settings must be an object of field path → value")
     out: dict[str, Any] = {}
-    for name, value in settings.items():
-        if name not in KNOWN:
-            raise SettingsError(f"unknown setting {name!r}: use one of {', '.join(KNOWN)}")
-        if value is None:
-            continue
-        out[name] = _check(name, value)
+    for path, value in settings.items():
+        if str(path).rsplit(".", 1)[-1] in _SECRETS:
+            raise SettingsError(f"setting {path}: keys go in the job's env, never in settings")
+        if path not in BY_PATH:
+            raise SettingsError(f"unknown setting {path!r}: see agents/request/table.py")
+        if value is not None:
+            out[path] = _check(path, value)
     return out
 
 
-def _check(name: str, value: Any) -> Any:
-    if name == "llm":
-        return _check_llm(value)
-    if name == "device":
-        return _choice(name, value, DEVICES)
-    if name == "size":
-        return _choice(name, value, SIZES)
-    if name == "eval_backend":
-        from agents.evalpool.service import BACKENDS as EVAL_BACKENDS  # ~0.1 s: when set only
-
-        return _choice(name, value, EVAL_BACKENDS)
-    if name in _COUNTS or name in ("max_tokens", "parallel_evals"):
-        if not _integer(value) or value < 1:
-            raise SettingsError(f"setting {name} must be a whole number of at least 1 ({value!r})")
-        return value
-    if name in _COUNTS_ZERO:
-        if not _integer(value) or value < 0:
-            raise SettingsError(f"setting {name} must be a whole number of at least 0 ({value!r})")
-        return value
-    if name in _POSITIVE:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value <= 0:
-            raise SettingsError(f"setting {name} must be a positive number ({value!r})")
-        return float(value)
-    if name in _BOOLS:
-        if not isinstance(value, bool):
-            raise SettingsError(f"setting {name} must be true or false ({value!r})")
-        return value
-    if not isinstance(value, str) or not value:
-        raise SettingsError(f"setting {name} must be a non-empty string")
-    if name == "base_url" and not value.startswith(("http://", "https://")):
-        raise SettingsError(f"setting base_url must start with http:// or https:// ({value!r})")
-    if name in ("memory", "config"):
-        return os.path.abspath(os.path.expanduser(value))
+def _check(path: str, value: Any) -> Any:
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if path in _COUNTS and (not whole or value < 1):
+        raise SettingsError(f"setting {path} must be a whole number of at least 1 ({value!r})")
+    if path in _COUNTS_ZERO and (not whole or value < 0):
+        raise SettingsError(f"setting {path} must be a whole number of at least 0 ({value!r})")
+    if path in _POSITIVE:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value <= 0:
+            raise SettingsError(f"setting {path} must be a positive number ({value!r})")
+    if path == "evaluation.eval_backend" and value not in EVAL_BACKENDS:
+        choices = ", ".join(EVAL_BACKENDS)
+        raise SettingsError(f"setting {path} must be one of {choices} ({value!r})")
+    if path.endswith("base_url") and not str(value).startswith(("http://", "https://")):
+        raise SettingsError(f"setting {path} must start with http:// or https:// ({value!r})")
+    if path in ("memory.path", "evaluation.ray_address") and not (isinstance(value, str) and value):
+        raise SettingsError(f"setting {path} must be a non-empty string")
     return value
 
 
-def _check_llm(value: Any) -> Any:
-    """A backend name, or a table like the config file's [llm]: defaults plus per-role tables."""
-    if isinstance(value, str):
-        return _choice("llm", value, BACKENDS)
-    if not isinstance(value, Mapping):
-        raise SettingsError(f"setting llm must be one of {', '.join(BACKENDS)} or a per-role table")
-    for key, item in value.items():
-        where = f"llm.{key}"
-        if isinstance(item, Mapping):
-            if key not in ROLES:
-                raise SettingsError(f"setting {where} is not a role: use one of {', '.join(ROLES)}")
-            for field, scalar in item.items():
-                _check_llm_scalar(f"{where}.{field}", field, scalar)
-        else:
-            _check_llm_scalar(where, key, item)
-    return {k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
+def optimize_request(target: Target, settings: Mapping[str, Any]) -> OptimizeRequest:
+    """The request a worker runs for `target` under `settings`; SettingsError in one line."""
+    values = check_settings(settings)
+    try:
+        return with_values(OptimizeRequest(target=target), values)
+    except RequestError as error:
+        raise SettingsError(str(error)) from None
 
 
-def _check_llm_scalar(where: str, field: str, value: Any) -> None:
-    if field in ("api_key", "api_keys", "key"):
-        raise SettingsError(f"setting {where}: keys go in the job's env, never in settings")
-    if not (value is None or isinstance(value, str | int | float | bool)):
-        raise SettingsError(f"setting {where} must be a string, number or boolean")
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise SettingsError(f"setting {name} must be one of {', '.join(choices)} ({value!r})")
-    return value
-
-
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def profile_request(target: Target, settings: Mapping[str, Any]) -> ProfileRequest:
+    """The profile of `target`'s problem where a search would evaluate it (device, size,
+    threads, jail); the search's other settings do not apply to a profile."""
+    values = check_settings(settings)
+    try:
+        request = with_values(OptimizeRequest(target=target), values)
+    except RequestError as error:
+        raise SettingsError(str(error)) from None
+    evaluation = request.evaluation
+    return ProfileRequest(
+        problem=target.problem,
+        **{name: getattr(evaluation, path.split(".")[1]) for path, name in PROFILE_FIELDS.items()},
+    )

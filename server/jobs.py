@@ -7,13 +7,10 @@ and is started in its own session so that cancelling can end it and everything i
 The manager turns its messages into `JobUpdate`s: lifecycle (started, done, failed,
 cancelled), every search event, and percent + message for the editor's progress.
 
-Results (JobUpdate.result and Job.result) are JSON objects:
-- "optimize": `SearchResult.to_json()` (verdict, improved, speedup, speedup_ci, source,
-  methods, evaluations, cost, trajectory, stopped_because, ...) plus kind, target,
-  target_kind, synthesized, profile (the reference's `Profile.to_json()`, or None when
-  profiling was off or failed) and hot_lines. For a synthesized problem `source` is a
-  ModelNew module around the user's code, not an edit of the user's function.
-- "profile": kind, target, target_kind, synthesized, profile and hot_lines.
+Every message is typed (server/job_protocol.py): updates carry the search's own
+`SearchEvent`s, and a job's result is a `JobResult` (the search's `SearchResult` for
+"optimize", the reference's profile and hot lines for both kinds). A line on the pipe that
+is not a message fails the job and ends the worker.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import asyncio
 import collections
 import contextlib
 import inspect
-import json
 import logging
 import os
 import signal
@@ -34,9 +30,27 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from server.job_settings import JOB_KINDS, SettingsError, check_settings
-from server.progress_text import ProgressTracker, speedup_summary
-from server.synth import SynthesisError, synthesize_problem
+from agents.request.settings import RequestError
+from agents.request.target import Target
+from agents.search.events import SearchEvent
+from agents.speedup_words import speedup_summary
+from agents.targets.synth import SynthesisError, synthesize_problem
+from agents.task import SourceFile
+from server.job_protocol import (
+    JOB_KINDS,
+    Cancel,
+    ErrorMessage,
+    EventMessage,
+    JobResult,
+    ProtocolError,
+    ResultMessage,
+    Setup,
+    WorkerJob,
+    decode_message,
+    encode,
+)
+from server.job_settings import SettingsError, optimize_request, profile_request
+from server.progress_text import ProgressTracker
 
 log = logging.getLogger("kernel_agent.server.jobs")
 
@@ -54,7 +68,7 @@ class JobSpec:
     target_kind: str  # "module" | "function" | "triton" | "cuda"
     source: str = field(repr=False)  # snapshot of the whole document
     path: str | None = None  # file path on disk: the label in tracebacks and profiles
-    settings: dict = field(default_factory=dict)  # JSON-able worker settings
+    settings: dict = field(default_factory=dict)  # by the request's field paths (table.py)
     env: dict = field(default_factory=dict, repr=False, compare=False)  # secrets: worker env only
 
 
@@ -64,8 +78,8 @@ class JobUpdate:
     state: str  # "started" | "event" | "progress" | "done" | "failed" | "cancelled"
     percent: int | None = None
     message: str = ""
-    event: dict | None = None  # the search event for state "event"
-    result: dict | None = None  # for "done" (and "cancelled" when the worker reported one)
+    event: SearchEvent | None = None  # the search event for state "event"
+    result: JobResult | None = None  # for "done" (and "cancelled" when the worker sent one)
     error: str | None = None  # one-line reason for "failed"
 
 
@@ -80,7 +94,7 @@ class Job:
     state: str  # "running" | "done" | "failed" | "cancelled"
     percent: int = 0
     message: str = ""
-    result: dict | None = None
+    result: JobResult | None = None
     error: str | None = None
     started_at: float = field(default_factory=time.time)
     pid: int | None = None  # the worker's process id (also its process group's)
@@ -93,6 +107,15 @@ class Job:
 
 
 UpdateHandler = Callable[[JobUpdate], Awaitable[None] | None]
+
+
+@dataclass
+class _Said:
+    """What a worker said before its pipe closed."""
+
+    result: JobResult | None = None
+    error: str | None = None
+    garbage: str | None = None  # why its pipe was not read to the end
 
 
 @dataclass
@@ -224,7 +247,7 @@ class JobManager:
                 run,
                 JobUpdate(job_id, "progress", percent=run.job.percent, message=run.job.message),
             )
-            await self._send(run, {"cmd": "cancel"})
+            await self._send(run, Cancel().to_json())
             with contextlib.suppress(ProcessLookupError):
                 run.process.send_signal(signal.SIGTERM)
             run.tasks.append(asyncio.create_task(self._kill_after(run, self.grace_s)))
@@ -253,14 +276,14 @@ class JobManager:
         goes wrong here, the job ends and the worker does not outlive it."""
         job, process = run.job, run.process
         assert process is not None
-        said: dict[str, Any] = {}
+        said = _Said()
         try:
             said = await self._read_messages(run, reader)
         except Exception as error:
             log.exception("job %s: reading the worker failed", job.id)
-            said = {"garbage": f"({type(error).__name__}: {error})"}
+            said = _Said(garbage=f"({type(error).__name__}: {error})")
         finally:
-            if "garbage" in said:
+            if said.garbage is not None:
                 _kill_tree(process.pid)
             try:
                 await asyncio.wait_for(process.wait(), timeout=self.grace_s + 5)
@@ -270,55 +293,52 @@ class JobManager:
             if run.stderr_task is not None:  # a grandchild holding stderr must not block us
                 with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                     await asyncio.wait_for(run.stderr_task, timeout=1.0)
-        if "garbage" in said:
-            error = f"the worker sent garbage on its pipe: {said['garbage']}"
+        if said.garbage is not None:
+            error = f"the worker sent garbage on its pipe: {said.garbage}"
             await self._end(run, "failed", error=error)
-        elif "result" in said:
+        elif said.result is not None:
             state = "cancelled" if job.cancel_requested else "done"
-            await self._end(run, state, result=said["result"])
+            await self._end(run, state, result=said.result)
         elif job.cancel_requested:
             await self._end(run, "cancelled")
-        elif "error" in said:
-            await self._end(run, "failed", error=said["error"])
+        elif said.error is not None:
+            await self._end(run, "failed", error=said.error)
         else:
             await self._end(run, "failed", error=_death(process.returncode, run.stderr))
 
-    async def _read_messages(self, run: _Run, reader: asyncio.StreamReader) -> dict[str, Any]:
-        """What the worker said: its "result", its "error", or the "garbage" that ended it."""
-        said: dict[str, Any] = {}
+    async def _read_messages(self, run: _Run, reader: asyncio.StreamReader) -> _Said:
+        """What the worker said: its result, its error, or the garbage that ended it."""
+        said = _Said()
         while True:
             try:
                 line = await reader.readline()
             except (asyncio.LimitOverrunError, ValueError):
-                return {"garbage": "a message over the size limit"}
+                return _Said(garbage="a message over the size limit")
             if not line:
                 return said
-            message = _parse(line)
-            if message is None:
-                return {"garbage": repr(line[:80].decode("utf-8", "replace"))}
-            kind = message["type"]
-            if kind == "setup":
+            try:
+                message = decode_message(line)
+            except ProtocolError as error:
+                return _Said(garbage=_one_line(str(error)))
+            if isinstance(message, Setup):
                 run.tracker = ProgressTracker(
-                    iterations=int(message.get("iterations") or 1),
-                    max_evals=message.get("max_evals"),
-                    max_time_s=message.get("max_time"),
-                    samples=int(message.get("samples") or 1),
+                    iterations=message.iterations,
+                    max_evals=message.max_evals,
+                    max_time_s=message.max_time,
+                    samples=message.samples,
                 )
-            elif kind == "event":
-                await self._on_event(run, message["event"])
-            elif kind == "result":
-                said["result"] = message["result"]
-            else:
-                said["error"] = _one_line(message["error"])
+            elif isinstance(message, EventMessage):
+                await self._on_event(run, message.event)
+            elif isinstance(message, ResultMessage):
+                said.result = message.result
+            elif isinstance(message, ErrorMessage):
+                said.error = _one_line(message.error)
 
-    async def _on_event(self, run: _Run, event: dict) -> None:
+    async def _on_event(self, run: _Run, event: SearchEvent) -> None:
         job = run.job
         await self._emit(run, JobUpdate(job.id, "event", event=event))
         tracker = run.tracker
-        try:
-            changed = tracker is not None and tracker.observe(event)
-        except (TypeError, ValueError, KeyError):  # an event we cannot read moves no bar
-            changed = False
+        changed = tracker is not None and tracker.observe(event)
         if not changed or tracker is None or job.cancel_requested:
             return
         job.percent, job.message = tracker.percent, tracker.message
@@ -341,16 +361,21 @@ class JobManager:
                 log.info("job %s: still running after the grace period: killing", run.job.id)
                 _kill_tree(run.process.pid)
 
-    async def _send(self, run: _Run, message: dict) -> None:
+    async def _send(self, run: _Run, message: dict[str, Any]) -> None:
         stdin = run.process.stdin if run.process else None
         if stdin is None or stdin.is_closing():
             return
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            stdin.write(json.dumps(message).encode() + b"\n")
+            stdin.write(encode(message).encode() + b"\n")
             await stdin.drain()
 
     async def _end(
-        self, run: _Run, state: str, *, result: dict | None = None, error: str | None = None
+        self,
+        run: _Run,
+        state: str,
+        *,
+        result: JobResult | None = None,
+        error: str | None = None,
     ) -> None:
         job = run.job
         if run.ended.is_set():
@@ -388,19 +413,18 @@ class JobManager:
 
 
 def _payload(spec: JobSpec) -> dict[str, Any]:
-    """What the worker reads on stdin: the job without its secrets."""
-    settings = check_settings(spec.settings)
+    """What the worker reads on stdin: the job's typed request, without its secrets.
+    SettingsError or SynthesisError in one line when the settings or the file cannot
+    make one."""
     problem = synthesize_problem(spec.source, spec.target)
-    return {
-        "kind": spec.kind,
-        "uri": spec.uri,
-        "target": spec.target,
-        "target_kind": spec.target_kind,
-        "path": spec.path,
-        "source": spec.source,
-        "problem": problem,
-        "settings": settings,
-    }
+    label = spec.path or spec.uri
+    try:
+        target = Target(SourceFile(problem, label), spec.target, spec.target_kind, spec.source)
+    except RequestError as error:
+        raise SettingsError(str(error)) from None
+    build = optimize_request if spec.kind == "optimize" else profile_request
+    request = build(target, spec.settings)
+    return WorkerJob(request, spec.target, spec.target_kind, target.synthesized).to_json()
 
 
 def _environment(secrets: dict) -> dict[str, str]:
@@ -425,23 +449,6 @@ async def _pipe_reader(fd: int) -> asyncio.StreamReader:
     return reader
 
 
-_FIELDS = {"setup": None, "event": dict, "result": dict, "error": str}
-
-
-def _parse(line: bytes) -> dict | None:
-    """A worker message, or None for anything that is not one."""
-    try:
-        message = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(message, dict) or message.get("type") not in _FIELDS:
-        return None
-    wanted = _FIELDS[message["type"]]
-    if wanted is not None and not isinstance(message.get(message["type"]), wanted):
-        return None
-    return message
-
-
 def _death(returncode: int | None, stderr: collections.deque) -> str:
     if returncode is not None and returncode < 0:
         number = -returncode
@@ -458,7 +465,7 @@ def _death(returncode: int | None, stderr: collections.deque) -> str:
     return f"worker died: {how}" + (f"; last line on stderr: {last}" if last else "")
 
 
-def _final_message(state: str, result: dict | None, error: str | None) -> str:
+def _final_message(state: str, result: JobResult | None, error: str | None) -> str:
     """The job's last line (the progress's end, `kernelAgent.jobs`): for a faster kernel,
     the result's own speedup in the words the lens and the notification use, which is also
     what the editor's status bar reads."""
@@ -466,11 +473,11 @@ def _final_message(state: str, result: dict | None, error: str | None) -> str:
         return error or "failed"
     if result is None:
         return "cancelled" if state == "cancelled" else state
-    if result.get("kind") == "profile":
-        return f"profiled: {len(result.get('hot_lines') or [])} hot lines"
-    if result.get("improved"):
-        confirmed = bool(result.get("confirmed", state != "cancelled"))
-        text = speedup_summary(float(result.get("speedup") or 1.0), confirmed)
+    search = result.search
+    if search is None:
+        return f"profiled: {len(result.hot_lines)} hot lines"
+    if search.improved:
+        text = speedup_summary(search.speedup, search.confirmed)
     else:
         text = "no improvement"
     return f"cancelled · {text}" if state == "cancelled" else text

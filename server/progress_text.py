@@ -9,18 +9,20 @@ One speedup per kernel, said one way: while the search runs, the message names i
 best as such ("searching: best 8.50x so far"), an early, noisier measurement that the
 confirmation on fresh inputs may lower; once the job ends, the lens, the notification, the
 hover and the progress's last message all say the result's confirmed figure through
-`speedup_summary` ("8.35x faster, verified"), and the editor's status bar reads that
-phrase, never the running best. Verdicts are said in words (`verdict_words`), and counts
-with their right plural.
+`agents.speedup_words.speedup_summary` ("8.35x faster, verified"), and the editor's status
+bar reads that phrase, never the running best. Verdicts are said in words (`verdict_words`),
+and counts with their right plural.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from agents.display import plural
+from agents.search import events as ev
+from agents.speedup_words import speedup_text
 
 VERDICT_WORDS = {
     "no_code": "nothing to rewrite",
@@ -35,18 +37,6 @@ VERDICT_WORDS = {
 def verdict_words(verdict: str) -> str:
     """A search verdict for a person: "compile error", not `compile_error`."""
     return VERDICT_WORDS.get(verdict, verdict.replace("_", " "))
-
-
-def speedup_text(speedup: float) -> str:
-    """The one format of a speedup in the editor: two decimals and "x" ("8.35x")."""
-    return f"{speedup:.2f}x"
-
-
-def speedup_summary(speedup: float, confirmed: bool = True) -> str:
-    """A finished job's figure as every view says it: "8.35x faster, verified" (", not
-    re-measured" when a cancel skipped the confirmation). The status bar parses this."""
-    state = "verified" if confirmed else "verified, not re-measured"
-    return f"{speedup_text(speedup)} faster, {state}"
 
 
 @dataclass
@@ -65,41 +55,41 @@ class ProgressTracker:
     _planned: int = 0  # plans made in the current iteration
     _sampled: int = 0  # first attempts judged in the current iteration
 
-    def observe(self, event: dict[str, Any]) -> bool:
-        """Take one search event (its `to_json()`); True when percent or message changed."""
+    def observe(self, event: ev.SearchEvent) -> bool:
+        """Take one search event; True when percent or message changed."""
         before = (self.percent, self.message)
-        kind = event.get("kind")
-        if kind == "started":
-            self.iterations = int(event.get("iterations") or self.iterations)
-            self.samples = max(1, int(event.get("samples") or 1))
+        if isinstance(event, ev.Started):
+            self.iterations = event.iterations or self.iterations
+            self.samples = max(1, event.samples)
             self.message = "starting"
-        elif kind == "profiled":
+        elif isinstance(event, ev.Profiled):
             self.message = "planning"
-        elif kind == "iteration":
-            self.iteration = int(event["iteration"])
-            self.iterations = int(event.get("iterations") or self.iterations)
-            self.best = max(self.best, float(event.get("best_speedup") or 1.0))
-            self.evaluations = max(self.evaluations, int(event.get("evaluations") or 0))
+        elif isinstance(event, ev.IterationStarted):
+            self.iteration = event.iteration
+            self.iterations = event.iterations or self.iterations
+            self.best = max(self.best, _finite_or(event.best_speedup, 1.0))
+            self.evaluations = max(self.evaluations, event.evaluations)
             self._planned = self._sampled = 0
-        elif kind == "plan":
+        elif isinstance(event, ev.PlanMade):
             self._planned += 1
-        elif kind == "candidate":
-            self.evaluations = max(self.evaluations, int(event.get("evaluations") or 0))
-            if event.get("verdict") != "duplicate":
+        elif isinstance(event, ev.CandidateEvaluated):
+            self.evaluations = max(self.evaluations, event.evaluations)
+            if event.verdict != "duplicate":
                 self.candidates += 1
-            if not event.get("repair"):
+            if not event.repair:
                 self._sampled += 1
-        elif kind == "new_best":
-            self.best = max(self.best, float(event["speedup"]))
-        elif kind == "finished":
-            self.best = float(event.get("speedup") or self.best)
-            self.evaluations = max(self.evaluations, int(event.get("evaluations") or 0))
-        if kind in ("iteration", "plan", "candidate", "new_best"):
-            self.message = self.status()
-        elif kind == "finished":
+        elif isinstance(event, ev.NewBest):
+            self.best = max(self.best, _finite_or(event.speedup, self.best))
+        elif isinstance(event, ev.Finished):
+            self.best = _finite_or(event.speedup, self.best) or self.best
+            self.evaluations = max(self.evaluations, event.evaluations)
             # the confirmed figure (or none): no "best", so it is not read as the running one
-            found = f"{speedup_text(self.best)} faster" if event.get("improved") else None
+            found = f"{speedup_text(self.best)} faster" if event.improved else None
             self.message = f"finished · {found or 'no improvement'} · {self._candidates()}"
+        if isinstance(
+            event, ev.IterationStarted | ev.PlanMade | ev.CandidateEvaluated | ev.NewBest
+        ):
+            self.message = self.status()
         self.percent = max(self.percent, min(99, int(100 * self.fraction())))
         return (self.percent, self.message) != before
 
@@ -126,3 +116,8 @@ class ProgressTracker:
         if self.max_time_s:
             parts.append((time.monotonic() - self.started) / self.max_time_s)
         return min(1.0, max(parts))
+
+
+def _finite_or(value: float, fallback: float) -> float:
+    """A speedup that crossed the wire as null (NaN) moves nothing."""
+    return value if math.isfinite(value) else fallback

@@ -19,10 +19,11 @@ from typing import Any
 
 from agents.llm.base import ROLES
 from agents.llm.config import BACKENDS, DEFAULT_KEY_ENV, DEFAULT_MODEL
+from agents.request.defaults import DEVICES, EVAL_BACKENDS
+from agents.request.table import SETTINGS
 from agents.task import SIZES
 
 SECTION = "kernelAgent"
-DEVICES = ("cpu", "cuda")
 REWRITE_MODES = ("replace", "alongside")
 ROLE_FIELDS = ("backend", "model", "base_url")
 CLIENT_SIDE = ("trace.", "client.")
@@ -131,43 +132,17 @@ class Settings:
         return None
 
     def job_settings(self, backend: str | None = None) -> dict[str, Any]:
-        """The JobSpec settings (the worker's names). `backend` "offline" forces offline."""
-        out: dict[str, Any] = {
-            "device": self.device,
-            "size": self.size,
-            "beam": self.beam,
-            "plans": self.plans,
-            "samples": self.samples,
-            "iters": self.iterations,
-            "patience": self.patience,
-            "repairs": self.repairs,
-            "max_evals": self.max_evals,
-            "max_cost": self.max_cost,
-            "max_time": self.max_time,
-            "timing_budget": self.timing_budget,
-            "threads": self.threads,
-            "memory": self.memory_path,
-            "no_memory": not self.memory_enabled,
-            "profile": self.search_profile,
-            "jail": self.jail,
-            "eval_backend": self.eval_backend,
-            "ray_address": self.ray_address,
-        }
+        """The job's settings by the request's field paths (agents/request/table.py), None
+        left out. `backend` "offline" forces an offline search."""
+        out: dict[str, Any] = {path: getattr(self, name) for name, path in REQUEST_PATHS.items()}
         if backend == "offline" or (backend is None and not self.uses_llm):
-            out["llm"] = "offline"
-        elif not self.roles:
-            out.update(llm=self.backend, model=self.model, base_url=self.base_url)
+            out["llm.backend"] = "offline"
         else:
-            table: dict[str, Any] = {"backend": self.backend}
-            if self.model:
-                table["model"] = self.model
-            if self.base_url:
-                table["base_url"] = self.base_url
+            out.update({"llm.backend": self.backend, "llm.model": self.model})
+            out["llm.base_url"] = self.base_url
             for role, rs in self.roles.items():
-                values = {k: getattr(rs, k) for k in ROLE_FIELDS if getattr(rs, k) is not None}
-                if values:
-                    table[role] = values
-            out["llm"] = table
+                for name in ROLE_FIELDS:
+                    out[f"llm.roles.{role}.{name}"] = getattr(rs, name)
         return {k: v for k, v in out.items() if v is not None}
 
     def job_env(self, backend: str | None = None) -> dict[str, str]:
@@ -262,10 +237,7 @@ def load(
                 continue
             if name == "no_memory":
                 name, value = "memory_enabled", (not value if isinstance(value, bool) else value)
-            name = _ALIASES.get(name, name)
-            if name.startswith("search."):
-                name = name.split(".", 1)[1]
-                name = _ALIASES.get(name, name)
+            name = _field_of(name)
             if name not in _FIELDS:
                 if not name.startswith(CLIENT_SIDE):
                     problems.append(f"unknown setting {_display(name)}")
@@ -279,6 +251,25 @@ def load(
 
 
 _FIELDS = {f for f in Settings.__dataclass_fields__ if f not in ("roles", "api_keys")}
+
+
+def _field_of(name: str) -> str:
+    """The Settings field a flattened snake_case key is read into ("search.max_evals" and
+    "max_evals" both into max_evals, "memory.enabled" into memory_enabled)."""
+    name = _ALIASES.get(name, name)
+    if name.startswith("search."):
+        name = name.split(".", 1)[1]
+        name = _ALIASES.get(name, name)
+    return name
+
+
+REQUEST_PATHS: dict[str, str] = {
+    _field_of(_snake(setting.editor)): setting.path
+    for setting in SETTINGS
+    if setting.editor and not setting.path.startswith("llm.")
+}
+"""Each Settings field a job's request takes, and its field path there: read off the one
+table of names, so the editor's key and the request's field cannot drift apart."""
 
 
 def _display(name: str) -> str:
@@ -332,8 +323,6 @@ def _problem(name: str, value: Any) -> str | None:
     if name == "size":
         return None if value in SIZES else f"must be one of {', '.join(SIZES)}"
     if name == "eval_backend":
-        from agents.evalpool.service import BACKENDS as EVAL_BACKENDS  # ~0.1 s: when set only
-
         return None if value in EVAL_BACKENDS else f"must be one of {', '.join(EVAL_BACKENDS)}"
     if name == "rewrite_mode":
         return None if value in REWRITE_MODES else "must be replace or alongside"

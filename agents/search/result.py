@@ -83,7 +83,7 @@ class SearchResult:
         written before fates were kept."""
         if not isinstance(data, dict):
             raise JSONShapeError(f"a search result must be an object, not {type(data).__name__}")
-        values = read_fields(cls, {k: v for k, v in data.items() if k != "candidates"}, "result")
+        values = read_fields(cls, data, "result", skip=("candidates",))
         return cls(**values, candidates=fates_from_json(data.get("candidates")))
 
     def write_trajectory(self, path: Path) -> None:

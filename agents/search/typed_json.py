@@ -21,16 +21,16 @@ class JSONShapeError(ValueError):
     """A value that is not what the field holds; the message names the field."""
 
 
-def read_fields(cls: type, data: Any, where: str) -> dict[str, Any]:
+def read_fields(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The dataclass `cls`'s fields from `data`, converted and checked; keys that are not
     fields are ignored (derived values such as a result's `tokens`). Fields with a default
-    may be missing."""
+    may be missing; fields in `skip` are left to the caller."""
     if not isinstance(data, Mapping):
         raise JSONShapeError(f"{where} must be a JSON object, not {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
-        if not field.init:
+        if not field.init or field.name in skip:
             continue
         if field.name not in data:
             no_default = field.default is dataclasses.MISSING
