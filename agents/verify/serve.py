@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 HELD_OFF = {"prepare", "calls", "checksum"}
@@ -71,105 +72,185 @@ def serve(side, request_fd: int, reply_fd: int) -> None:
             _exit()
 
 
-def handle(side, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], Any]:
-    from agents.verify import values
-    from agents.verify.checksums import (
-        call_bands,
-        call_checksums,
-        checksum,
-        checksum_band,
-        commitment_scales,
-    )
+Answer = tuple[dict[str, Any], Any]
+"""A reply's header and its payload: bytes, or a value packed with `values.pack`."""
+
+
+def handle(side, op: str, header: dict[str, Any], payload: bytes) -> Answer:
+    """The answer to one request: the ops both workers serve, then those of its role."""
     from agents.verify.side import SideError
 
-    def packed(value: Any, **extra: Any) -> tuple[dict[str, Any], bytes]:
-        tree, specs, data = values.pack(value)
-        return {"tree": tree, "specs": specs, **extra}, data
+    own = _REFERENCE_OPS if side.role == "reference" else _CANDIDATE_OPS
+    answer = _COMMON_OPS.get(op) or own.get(op)
+    if answer is None:
+        raise SideError(f"unknown request {op[:40]!r} for the {side.role}", "protocol")
+    return answer(side, header, payload)
 
-    def received() -> Any:
-        return values.unpack(header.get("tree"), header.get("specs"), payload).value
 
-    if op == "ping":
-        return {}, b""
-    if op == "prepare":  # one input set (the trials), or one per call of a timed request
-        answer = side.footprint() if header.get("footprint") else {}
-        if header.get("seeds") is not None:
-            side.prepare_calls([int(seed) for seed in header["seeds"]])
-        else:
-            side.prepare(int(header["seed"]))
-        side.settle()  # inputs drawn on the device are finished before anything is timed
-        return answer, b""
-    if op == "warm":  # one untimed call, right before a timed one, on inputs already seen
-        if not side.inputs:  # (those of its last timed call: drawing afresh cost 20% of it)
-            side.prepare(int(header["seed"]))
-        side.run(clone=True, poison=False)  # a copy: a call that writes its inputs, repeated
-        side.settle()
-        return {}, b""
-    if op == "run":
-        side.run(bool(header.get("clone")), bool(header.get("poison")))
-        return ({"changed": side.changes()} if header.get("check") else {}), b""
-    scales = _scales(header.get("scales"))
-    if op == "calls":  # a timed request: its calls, done only once all their outputs are summed
-        side.run_calls()
-        answer = {"checksum": call_checksums(side.outputs, int(header["checksum"]), scales)}
-        side.settle()
-        return answer, b""
-    if op == "checksum":  # with `calls`, the overhead request: a timed one less its calls
-        seed, calls = int(header["seed"]), bool(header.get("calls"))
-        if header.get("band"):  # the reference's yardstick for the timed replies, untimed
-            if calls:
-                return {"band": call_bands(side.outputs, seed, scales)}, b""
-            return {"band": checksum_band(side.output, seed, scales)}, b""
-        if calls:
-            side.pass_calls()
-            sums = call_checksums(side.outputs, seed, scales)
-        else:
-            sums = checksum(side.output, seed, scales)
-        side.settle()
-        return {"checksum": sums}, b""
-    if op == "select":  # the call of the last timed request that a full comparison reads
-        side.select(int(header["index"]))
-        return {}, b""
-    if op == "fetch":
-        output = side.previous if header.get("previous") else side.output
-        args = side.args if header.get("args") else None
-        if args is not None and header.get("args_sample") is not None:
-            args = sampled_arguments(args, int(header["args_sample"]))
-        return packed({"out": output, "args": args})
-    if op == "args":  # the arguments as the last call left them (the reference leaves them)
-        return {"checksum": checksum(side.args, int(header["seed"]))}, b""
-    if op == "capture":
-        return {"captured": side.capture()}, b""
-    if op == "uncapture":
-        side.graph = None
-        return {}, b""
-    if op == "changes":
-        return {"changed": side.changes()}, b""
-    if op == "exit":
-        return {}, b""
-    if side.role == "reference":
-        if op == "load":
-            answer, value = side.load_reference(header)
-            return packed(value, **answer)
-        if op == "anchor":
-            gold = side.anchor()
-            if gold is None or header.get("sample_seed") is None:
-                return packed(gold, present=gold is not None)
-            leaves, sampled = sample_leaves(gold, int(header["sample_seed"]))
-            return packed(leaves, present=True, sampled=sampled)
-        if op == "perturb":
-            return packed(side.perturb(int(header["seed"])))
-        if op == "scales":  # the commitments' per-leaf scales, from the last output it made
-            return {"scales": commitment_scales(side.output)}, b""
-        if op == "recommit":  # an opening: the commitment of bytes another worker returned
-            return {"checksum": recommitted(side, header, received())}, b""
+def _packed(value: Any, **extra: Any) -> tuple[dict[str, Any], bytes]:
+    from agents.verify import values
+
+    tree, specs, data = values.pack(value)
+    return {"tree": tree, "specs": specs, **extra}, data
+
+
+def _received(header: dict[str, Any], payload: bytes) -> Any:
+    from agents.verify import values
+
+    return values.unpack(header.get("tree"), header.get("specs"), payload).value
+
+
+def _nothing(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """`ping` and `exit` (which `serve` acts on once it is answered)."""
+    return {}, b""
+
+
+def _prepare(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """One input set (the trials), or one per call of a timed request."""
+    answer = side.footprint() if header.get("footprint") else {}
+    if header.get("seeds") is not None:
+        side.prepare_calls([int(seed) for seed in header["seeds"]])
     else:
-        if op == "build":
-            return side.build_candidate(header, received()), b""
-        if op == "load_state":
-            side.load_state(received())
-            return {}, b""
-    raise SideError(f"unknown request {op[:40]!r} for the {side.role}", "protocol")
+        side.prepare(int(header["seed"]))
+    side.settle()  # inputs drawn on the device are finished before anything is timed
+    return answer, b""
+
+
+def _warm(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """One untimed call, right before a timed one, on inputs already seen (those of its last
+    timed call: drawing afresh cost 20% of it)."""
+    if not side.inputs:
+        side.prepare(int(header["seed"]))
+    side.run(clone=True, poison=False)  # a copy: a call that writes its inputs, repeated
+    side.settle()
+    return {}, b""
+
+
+def _run(side, header: dict[str, Any], payload: bytes) -> Answer:
+    side.run(bool(header.get("clone")), bool(header.get("poison")))
+    return ({"changed": side.changes()} if header.get("check") else {}), b""
+
+
+def _calls(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """A timed request: its calls, done only once all their outputs are summed."""
+    from agents.verify.checksums import call_checksums
+
+    side.run_calls()
+    scales = _scales(header.get("scales"))
+    answer = {"checksum": call_checksums(side.outputs, int(header["checksum"]), scales)}
+    side.settle()
+    return answer, b""
+
+
+def _checksum(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """With `calls`, the overhead request (a timed one less its calls); with `band`, the
+    reference's yardstick for the timed replies, untimed."""
+    from agents.verify.checksums import call_bands, call_checksums, checksum, checksum_band
+
+    seed, calls = int(header["seed"]), bool(header.get("calls"))
+    scales = _scales(header.get("scales"))
+    if header.get("band"):
+        if calls:
+            return {"band": call_bands(side.outputs, seed, scales)}, b""
+        return {"band": checksum_band(side.output, seed, scales)}, b""
+    if calls:
+        side.pass_calls()
+        sums = call_checksums(side.outputs, seed, scales)
+    else:
+        sums = checksum(side.output, seed, scales)
+    side.settle()
+    return {"checksum": sums}, b""
+
+
+def _select(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """The call of the last timed request that a full comparison reads."""
+    side.select(int(header["index"]))
+    return {}, b""
+
+
+def _fetch(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """The output, and the arguments as the call left them (the parent compares those)."""
+    output = side.previous if header.get("previous") else side.output
+    args = side.args if header.get("args") else None
+    if args is not None and header.get("args_sample") is not None:
+        args = sampled_arguments(args, int(header["args_sample"]))
+    return _packed({"out": output, "args": args})
+
+
+def _capture(side, header: dict[str, Any], payload: bytes) -> Answer:
+    return {"captured": side.capture()}, b""
+
+
+def _uncapture(side, header: dict[str, Any], payload: bytes) -> Answer:
+    side.graph = None
+    return {}, b""
+
+
+def _changes(side, header: dict[str, Any], payload: bytes) -> Answer:
+    return {"changed": side.changes()}, b""
+
+
+def _load(side, header: dict[str, Any], payload: bytes) -> Answer:
+    answer, value = side.load_reference(header)
+    return _packed(value, **answer)
+
+
+def _anchor(side, header: dict[str, Any], payload: bytes) -> Answer:
+    gold = side.anchor()
+    if gold is None or header.get("sample_seed") is None:
+        return _packed(gold, present=gold is not None)
+    leaves, sampled = sample_leaves(gold, int(header["sample_seed"]))
+    return _packed(leaves, present=True, sampled=sampled)
+
+
+def _perturb(side, header: dict[str, Any], payload: bytes) -> Answer:
+    return _packed(side.perturb(int(header["seed"])))
+
+
+def _commitment_scales(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """The commitments' per-leaf scales, from the last output the reference made."""
+    from agents.verify.checksums import commitment_scales
+
+    return {"scales": commitment_scales(side.output)}, b""
+
+
+def _recommit(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """An opening: the commitment of bytes another worker returned."""
+    return {"checksum": recommitted(side, header, _received(header, payload))}, b""
+
+
+def _build(side, header: dict[str, Any], payload: bytes) -> Answer:
+    return side.build_candidate(header, _received(header, payload)), b""
+
+
+def _load_state(side, header: dict[str, Any], payload: bytes) -> Answer:
+    side.load_state(_received(header, payload))
+    return {}, b""
+
+
+Op = Callable[[Any, dict[str, Any], bytes], Answer]
+_COMMON_OPS: dict[str, Op] = {
+    "ping": _nothing,
+    "prepare": _prepare,
+    "warm": _warm,
+    "run": _run,
+    "calls": _calls,
+    "checksum": _checksum,
+    "select": _select,
+    "fetch": _fetch,
+    "capture": _capture,
+    "uncapture": _uncapture,
+    "changes": _changes,
+    "exit": _nothing,
+}
+_REFERENCE_OPS: dict[str, Op] = {
+    "load": _load,
+    "anchor": _anchor,
+    "perturb": _perturb,
+    "scales": _commitment_scales,
+    "recommit": _recommit,
+}
+_CANDIDATE_OPS: dict[str, Op] = {"build": _build, "load_state": _load_state}
 
 
 def _scales(raw: Any) -> list[float] | None:
