@@ -20,6 +20,8 @@ from pathlib import Path
 
 import platformdirs
 
+from agents.request.defaults import DEVICES, EVAL_TIMING_BUDGET_S, MIN_TRIALS
+from agents.request.requests import EvaluateRequest
 from agents.sandbox.caches import sweep_caches
 from agents.sandbox.devicelock import DeviceGate
 from agents.sandbox.launch import JailUnavailable
@@ -33,10 +35,6 @@ from agents.verify.spares import Booting, SpareCandidates, candidate_key, link_c
 from agents.verify.static_check import check_candidate, uses_low_precision
 from agents.verify.verdict import EvalResult, Verdict
 from agents.verify.workers import WorkerSettings, WorkerStartFailed, say_hello, start_worker
-
-DEVICES = ("cpu", "cuda")
-MIN_TRIALS = 5
-"""KernelBench's current number of correctness trials; we never run fewer."""
 
 
 class EvalError(Exception):
@@ -53,14 +51,14 @@ class EvalOptions:
 
     device: str = "cpu"
     size: str = "default"
-    trials: int = 5
+    trials: int = MIN_TRIALS
     # Seeds the init only (get_init_inputs, Model's weights), so a user can rebuild the same
     # model; None draws one. Trial and timed inputs never derive from it: each has its own
     # seed from the system's randomness (agents/verify/judge.py, clock.py).
     seed: int | None = None
     threads: int | None = None
     measure: bool = True
-    timing_budget_s: float = 3.0
+    timing_budget_s: float = EVAL_TIMING_BUDGET_S
     timing_min_runs: int = 10
     timing_max_runs: int = 200
     cuda_graph: bool = False
@@ -260,6 +258,24 @@ def evaluate(
             "so it is not a drop-in replacement"
         )
     return result
+
+
+def evaluate_request(request: EvaluateRequest, cancel: threading.Event | None = None) -> EvalResult:
+    """`evaluate` for a typed request (`kernel-agent eval`'s)."""
+    options = EvalOptions(
+        device=request.device,
+        size=request.size,
+        trials=request.trials,
+        seed=request.seed,
+        threads=request.threads,
+        measure=request.timing,
+        timing_budget_s=request.timing_budget,
+        cuda_graph=request.cuda_graph,
+        require_state_dict=request.require_state_dict,
+        jail=request.jail,
+        limits=Limits(build_timeout_s=request.build_timeout, run_timeout_s=request.run_timeout),
+    )
+    return evaluate(request.reference, request.candidate, options, cancel)
 
 
 def _raise_if_cancelled(cancel: threading.Event | None) -> None:

@@ -7,14 +7,15 @@ tiles memory/tuning.py kept, so it compiles one config per GEMM site).
     python bench/self_improvement.py [bench/problems] [--start S] [--limit N] [--out results.json]
     python bench/self_improvement.py --device cuda --only 01,09,10,15,19   # GEMM-bound, on a GPU
 
-Uses the offline backend (the only one that runs without an endpoint here); `--llm` and
-`--base-url` pick another. Speeds are the search's own confirmed figures.
+Uses the offline backend (the only one that runs without an endpoint here); `--backend`
+(or its old name `--llm`), `--model` and `--base-url` pick another. Each problem is one
+`OptimizeRequest` run by agents/request/run.py, as `kernel-agent optimize` runs it. Speeds
+are the search's own confirmed figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import json
 import math
@@ -28,56 +29,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.bench.runner import machine_name
 from agents.bench.suite import discover, problem_name
-from agents.evaluate import EvalOptions
-from agents.llm.accounting import CostMeter
-from agents.optimize_command import LLM_DEFAULTS, OFFLINE_DEFAULTS
-from agents.roles.factory import OfflineSetup, build_roles
-from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
-from agents.search.budget import Budget, CancelToken
+from agents.llm.config import BACKENDS
+from agents.request.defaults import BENCH_MAX_EVALS, DEVICES, SELF_IMPROVEMENT_TIMING_BUDGET_S
+from agents.request.requests import OptimizeRequest
+from agents.request.run import open_search
+from agents.request.settings import BudgetSettings, EvaluationSettings, LLMSettings, MemorySettings
+from agents.request.target import Target
 from agents.task import SourceFile
-from memory.experiences import ExperienceStore
-from memory.logbook import Logbook
-from memory.store import MemoryStore
 
 
-async def one(path: Path, memory: SearchMemory, args, options: EvalOptions) -> dict:
-    reference = SourceFile.from_path(path)
-    meter = CostMeter()
-    cancel = CancelToken()
-    roles, models = build_roles(
-        args.llm,
-        meter,
-        model=args.model,
-        base_url=args.base_url,
-        device=options.device,
-        offline=OfflineSetup(reference, options, memory.experiences, cancel.event),
+def one(path: Path, memory_path: Path, args, evaluation: EvaluationSettings) -> dict:
+    request = OptimizeRequest(
+        Target(SourceFile.from_path(path), problem_name(path)),
+        budget=BudgetSettings(max_evals=args.max_evals),
+        evaluation=evaluation,
+        llm=LLMSettings(backend=args.backend, model=args.model, base_url=args.base_url),
+        memory=MemorySettings(path=memory_path),
     )
-    d = OFFLINE_DEFAULTS if args.llm == "offline" else LLM_DEFAULTS
-    search = Search(
-        reference,
-        roles,
-        meter,
-        options=options,
-        config=SearchConfig(
-            beam=d["beam"],
-            plans=d["plans"],
-            samples=d["samples"],
-            iterations=d["iters"],
-            patience=d["patience"],
-            repairs=d["repairs"],
-            seed=0,
-        ),
-        budget=Budget(max_evals=args.max_evals),
-        memory=memory,
-        cancel=cancel,
-        task_name=problem_name(path),
-    )
-    try:
-        result = await run_search(search)
-    finally:
-        for model in models:
-            await model.aclose()
-    tuning_s = getattr(roles.executor, "tuning_s", 0.0)  # the offline executor's count
+    with open_search(request) as job:
+        result = job.run()
+        tuning_s = getattr(job.roles.executor, "tuning_s", 0.0)  # the offline executor's count
     return {
         "problem": problem_name(path),
         "verdict": result.verdict,
@@ -91,19 +62,17 @@ async def one(path: Path, memory: SearchMemory, args, options: EvalOptions) -> d
     }
 
 
-def run_pass(paths, memory_path: Path, args, options) -> list[dict]:
+def run_pass(paths, memory_path: Path, args, evaluation: EvaluationSettings) -> list[dict]:
     rows = []
-    with MemoryStore(memory_path) as store:
-        memory = SearchMemory(ExperienceStore(store), Logbook(store))
-        for path in paths:
-            row = asyncio.run(one(path, memory, args, options))
-            print(
-                f"  {row['problem']}: {row['verdict']} {row['speedup']:.2f}x, "
-                f"{row['evaluations_to_best']} evaluations to best of {row['evaluations']}, "
-                f"{row['tuning_s']:.1f} s tuning",
-                file=sys.stderr,
-            )
-            rows.append(row)
+    for path in paths:
+        row = one(path, memory_path, args, evaluation)
+        print(
+            f"  {row['problem']}: {row['verdict']} {row['speedup']:.2f}x, "
+            f"{row['evaluations_to_best']} evaluations to best of {row['evaluations']}, "
+            f"{row['tuning_s']:.1f} s tuning",
+            file=sys.stderr,
+        )
+        rows.append(row)
     return rows
 
 
@@ -112,14 +81,14 @@ def main() -> int:
     parser.add_argument("path", nargs="?", default="bench/problems")
     parser.add_argument("--start", type=int, default=0, help="skip the first N problems")
     parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--llm", default="offline", choices=("offline", "anthropic", "openai"))
+    parser.add_argument("--backend", "--llm", default="offline", choices=BACKENDS)
     parser.add_argument("--model", default=None)
     parser.add_argument("--base-url", default=None)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--timing-budget", type=float, default=1.0)
-    parser.add_argument("--max-evals", type=int, default=40)
+    parser.add_argument("--timing-budget", type=float, default=SELF_IMPROVEMENT_TIMING_BUDGET_S)
+    parser.add_argument("--max-evals", type=int, default=BENCH_MAX_EVALS)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--device", default="cpu", choices=DEVICES)
     parser.add_argument(
         "--only", default=None, help="comma-separated problem number prefixes, e.g. 01,09,10"
     )
@@ -134,16 +103,16 @@ def main() -> int:
         prefixes = tuple(f"{p.strip()}_" for p in args.only.split(",") if p.strip())
         paths = [p for p in paths if p.name.startswith(prefixes)]
     paths = paths[args.start :][: args.limit]
-    options = EvalOptions(
-        device=args.device, threads=args.threads, timing_budget_s=args.timing_budget
+    evaluation = EvaluationSettings(
+        device=args.device, threads=args.threads, timing_budget=args.timing_budget
     )
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
         memory_path = Path(scratch) / "memory.sqlite3"
         print("cold memory:", file=sys.stderr)
-        cold = run_pass(paths, memory_path, args, options)
+        cold = run_pass(paths, memory_path, args, evaluation)
         print("warm memory:", file=sys.stderr)
-        warm = run_pass(paths, memory_path, args, options)
+        warm = run_pass(paths, memory_path, args, evaluation)
     pairs = [
         (c, w)
         for c, w in zip(cold, warm, strict=True)
@@ -154,7 +123,7 @@ def main() -> int:
         "machine": machine_name(args.device),
         "device": args.device,
         "command": "python " + " ".join(sys.argv),
-        "llm": args.llm,
+        "llm": args.backend,
         "cold": cold,
         "warm": warm,
         "improved_both": len(pairs),

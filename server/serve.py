@@ -1,7 +1,6 @@
-"""`kernel-agent serve` and `python -m server`: the language server over stdio or TCP.
-
-Argument parsing lives here, apart from the server, so that `kernel-agent --help` does not
-import pygls; stdout is the protocol's, so nothing here prints to it while serving.
+"""`python -m server` (which `kernel-agent serve` becomes): the language server over stdio
+or TCP. Its flags are the CLI's (agents/cli/serve.py), so both commands show the same help;
+stdout is the protocol's, so nothing here prints to it while serving.
 """
 
 from __future__ import annotations
@@ -10,33 +9,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from agents.cli.serve import add_serve_arguments
+
 
 class ServeUsageError(Exception):
     """A bad --tcp address; one line."""
-
-
-def add_serve_parser(commands) -> argparse.ArgumentParser:
-    serve = commands.add_parser(
-        "serve",
-        help="run the language server (LSP over stdio, or TCP with --tcp HOST:PORT)",
-        description="Run the Kernel Agent language server. Editors start it over stdio; "
-        "--tcp serves one client on HOST:PORT (handy for debugging).",
-    )
-    _add_arguments(serve)
-    return serve
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout (default)")
-    parser.add_argument("--tcp", metavar="HOST:PORT", default=None, help="serve over TCP")
-    parser.add_argument("--verbose", "-v", action="store_true", help="debug logs on stderr")
-    parser.add_argument(
-        "--max-message-bytes",
-        metavar="SIZE",
-        default=None,
-        help="refuse LSP messages larger than SIZE bytes (K/M/G suffixes; default 64M, "
-        "or $KERNEL_AGENT_MAX_MESSAGE_BYTES)",
-    )
 
 
 def parse_address(value: str) -> tuple[str, int]:
@@ -81,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m server", description="Kernel Agent language server."
     )
-    _add_arguments(parser)
+    add_serve_arguments(parser)
     args = parser.parse_args(argv)
     try:
         return run_serve(args)

@@ -23,7 +23,6 @@ ratios without times (an old derived ratio is recognised by its note).
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import math
 import re
@@ -36,16 +35,22 @@ from typing import Any
 
 from agents.bench.runner import check_resumable, eager_ms, machine_name
 from agents.bench.suite import baseline_candidate, problem_name
-from agents.evalpool import EvalService, PoolSettings, make_pool
+from agents.evalpool import EvalService, make_pool
 from agents.evaluate import EvalCancelled, EvalError, EvalOptions, evaluate
-from agents.llm.accounting import CostMeter
-from agents.search.beam import Search, SearchConfig, SearchMemory, run_search
-from agents.search.budget import Budget, CancelToken
+from agents.request.defaults import BENCH_MAX_EVALS, EVAL_TIMING_BUDGET_S
+from agents.request.requests import OptimizeRequest
+from agents.request.run import optimize, pool_settings
+from agents.request.settings import (
+    BudgetSettings,
+    EvaluationSettings,
+    LLMSettings,
+    MemorySettings,
+    SearchSettings,
+)
+from agents.request.target import Target
+from agents.search.budget import CancelToken
 from agents.search.fates import CandidateFate, demote_chosen, fates_from_json
 from agents.task import SourceFile, TaskLoadError, as_reference
-from memory.experiences import ExperienceStore
-from memory.logbook import Logbook
-from memory.store import MemoryStore
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 COMPILERS = ("torch.compile", "torch.compile max-autotune")
@@ -185,12 +190,38 @@ def _natural(name: str) -> list[Any]:
 
 @dataclass(frozen=True)
 class OptimizeBenchOptions:
-    eval: EvalOptions
-    search: SearchConfig
-    budget: Budget
+    """How every problem is judged and searched: the offline search, one request each."""
+
+    evaluation: EvaluationSettings = field(
+        default_factory=lambda: EvaluationSettings(timing_budget=EVAL_TIMING_BUDGET_S)
+    )
+    search: SearchSettings = field(default_factory=SearchSettings)  # None: offline defaults
+    budget: BudgetSettings = field(default_factory=lambda: BudgetSettings(BENCH_MAX_EVALS))
     memory: Path | None = None  # None: a fresh (cold) memory for this run
     command: str = ""
-    pool: PoolSettings = field(default_factory=PoolSettings)  # where candidates are judged
+
+    @property
+    def eval(self) -> EvalOptions:
+        """How the baselines (eager, torch.compile) and the head-to-head are judged."""
+        evaluation = self.evaluation
+        return EvalOptions(
+            device=evaluation.device,
+            size=evaluation.size,
+            threads=evaluation.threads,
+            timing_budget_s=evaluation.timing_budget,
+            jail=evaluation.jail,
+        )
+
+    def request(self, reference: SourceFile, memory: Path) -> OptimizeRequest:
+        """The offline search's request for one problem."""
+        return OptimizeRequest(
+            Target(reference, Path(reference.label).stem),
+            search=self.search,
+            budget=self.budget,
+            evaluation=self.evaluation,
+            llm=LLMSettings(backend="offline"),
+            memory=MemorySettings(path=memory),
+        )
 
 
 def run_optimize_bench(
@@ -208,29 +239,27 @@ def run_optimize_bench(
         memory_path = options.memory or Path(scratch) / "memory.sqlite3"
         report = OptimizeReport(
             date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            machine=machine_name(options.eval.device),
-            device=options.eval.device,
-            size=options.eval.size,
+            machine=machine_name(options.evaluation.device),
+            device=options.evaluation.device,
+            size=options.evaluation.size,
             command=options.command,
             memory=str(options.memory) if options.memory else "fresh (cold) memory",
         )
         finished, earlier_s = _finished_rows(report, previous)
         names = [problem_name(path) for path in paths]
         extra = [row for name, row in finished.items() if name not in names]
-        pool = make_pool(options.pool)  # one for the run: a local Ray starts once
+        pool = make_pool(pool_settings(options.evaluation))  # one for the run: Ray starts once
         try:
-            with MemoryStore(memory_path) as store:
-                memory = SearchMemory(ExperienceStore(store), Logbook(store))
-                rows: list[OptimizeRow] = []
-                for path, name in zip(paths, names, strict=True):
-                    if cancel is not None and cancel.cancelled:
-                        break
-                    row = finished.get(name)
-                    rows.append(row or optimize_problem(path, options, memory, cancel, pool))
-                    report.rows = [*rows, *extra]  # unselected problems' rows stay, last
-                    report.total_s = round(earlier_s + time.monotonic() - started, 1)
-                    if on_row is not None:
-                        on_row(report)
+            rows: list[OptimizeRow] = []
+            for path, name in zip(paths, names, strict=True):
+                if cancel is not None and cancel.cancelled:
+                    break
+                row = finished.get(name)
+                rows.append(row or optimize_problem(path, options, memory_path, cancel, pool))
+                report.rows = [*rows, *extra]  # unselected problems' rows stay, last
+                report.total_s = round(earlier_s + time.monotonic() - started, 1)
+                if on_row is not None:
+                    on_row(report)
         finally:
             pool.close()
     return report
@@ -255,7 +284,7 @@ def _finished_rows(
 def optimize_problem(
     path: Path,
     options: OptimizeBenchOptions,
-    memory: SearchMemory,
+    memory: Path,
     cancel: CancelToken | None = None,
     pool: EvalService | None = None,
 ) -> OptimizeRow:
@@ -294,7 +323,7 @@ def _fill_row(
     row: OptimizeRow,
     path: Path,
     options: OptimizeBenchOptions,
-    memory: SearchMemory,
+    memory: Path,
     cancel: CancelToken | None,
     pool: EvalService | None,
     stage: list[str],
@@ -333,7 +362,7 @@ def _fill_row(
         row.stage_s["eager"] = round(time.monotonic() - timing, 1)
     stage[0] = "search"
     searching = time.monotonic()
-    result = asyncio.run(_search(reference, options, memory, cancel, pool))
+    result = optimize(options.request(reference, memory), cancel=cancel, pool=pool)
     row.stage_s["search"] = round(time.monotonic() - searching, 1)
     row.speedup = result.speedup
     row.speedup_ci = result.speedup_ci
@@ -406,32 +435,6 @@ def choose_answer(row: OptimizeRow, sources: dict[str, str]) -> None:
     row.speedup_ms = [row.eager_ms, kernel_ms] if row.eager_ms and kernel_ms else None
     row.agent_ms = kernel_ms  # the offered kernel's time, from the compiler's baseline run
     row.vs_compile, row.vs_compile_ms, row.vs_compile_derived = 1.0, None, False
-
-
-async def _search(reference, options: OptimizeBenchOptions, memory, cancel, pool=None):
-    from agents.roles.factory import OfflineSetup, build_roles
-
-    meter = CostMeter()
-    token = cancel or CancelToken()
-    roles, _ = build_roles(
-        "offline",
-        meter,
-        device=options.eval.device,
-        offline=OfflineSetup(reference, options.eval, memory.experiences, token.event),
-    )
-    search = Search(
-        reference,
-        roles,
-        meter,
-        options=options.eval,
-        config=options.search,
-        budget=options.budget,
-        memory=memory,
-        cancel=token,
-        task_name=Path(reference.label).stem,
-        pool=pool,
-    )
-    return await run_search(search)
 
 
 def _head_to_head(

@@ -21,7 +21,6 @@ Backends, behind the same `EvalService` interface:
   resource, so Ray's scheduler keeps timings apart across every client of the cluster.
 """
 
-from agents.evalpool.arguments import PoolArgumentError, add_pool_arguments, pool_settings
 from agents.evalpool.backends import make_pool
 from agents.evalpool.local import LocalPool, pin_env
 from agents.evalpool.service import (
@@ -42,12 +41,9 @@ __all__ = [
     "EvalService",
     "EventCallback",
     "LocalPool",
-    "PoolArgumentError",
     "PoolSettings",
     "PoolSetupError",
-    "add_pool_arguments",
     "default_build_slots",
     "make_pool",
     "pin_env",
-    "pool_settings",
 ]

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Protocol
 
 from agents.evaluate import EvalError, EvalOptions
+from agents.request.defaults import EVAL_BACKENDS
 from agents.task import SourceFile
 from agents.verify.verdict import EvalResult
 
-BACKENDS = ("local", "ray")
+BACKENDS = EVAL_BACKENDS  # where a pool can run; defined with every other default
 
 
 class PoolSetupError(EvalError, ValueError):

@@ -174,7 +174,7 @@ class RoleModels:
 
 
 @dataclass(frozen=True)
-class LLMSettings:
+class ModelSettings:
     """What the config file says about LLMs: the models per role and the price table."""
 
     models: RoleModels
@@ -183,23 +183,31 @@ class LLMSettings:
 
 def parse_settings(
     data: Mapping[str, Any], *, default: LLMConfig | None = None, source: str = "config"
-) -> LLMSettings:
+) -> ModelSettings:
     """Settings from parsed TOML; sections other than [llm] and [prices] are left alone."""
     llm = data.get("llm", {})
     if not isinstance(llm, Mapping):
         raise ValueError(f"{source}: llm must be a table ([llm])")
-    base_values = {k: v for k, v in llm.items() if not isinstance(v, Mapping)}
-    overrides = {k: v for k, v in llm.items() if isinstance(v, Mapping)}
     try:
-        _refuse_keys_in_file(base_values, overrides)
-        _validate(base_values, "llm")
-        start = default or LLMConfig()
-        models = RoleModels.build(start.overridden(base_values), overrides)
-        prices = default_prices()
-        prices.update(parse_prices(data.get("prices", {}), "prices"))
+        return settings_from_tables(llm, data.get("prices", {}), default=default)
     except ValueError as error:
         raise ValueError(f"{source}: {error}") from None
-    return LLMSettings(models=models, prices=prices)
+
+
+def settings_from_tables(
+    llm: Mapping[str, Any], prices: Mapping[str, Any], *, default: LLMConfig | None = None
+) -> ModelSettings:
+    """Settings from an [llm] table (defaults, then one table per role) and a [prices]
+    table, however they arrived (a file, the editor's settings); ValueError names the key."""
+    base_values = {k: v for k, v in llm.items() if not isinstance(v, Mapping)}
+    overrides = {k: v for k, v in llm.items() if isinstance(v, Mapping)}
+    _refuse_keys_in_file(base_values, overrides)
+    _validate(base_values, "llm")
+    start = default or LLMConfig()
+    models = RoleModels.build(start.overridden(base_values), overrides)
+    table = default_prices()
+    table.update(parse_prices(prices, "prices"))
+    return ModelSettings(models=models, prices=table)
 
 
 def _refuse_keys_in_file(
@@ -218,10 +226,11 @@ def _refuse_keys_in_file(
 
 def load_settings(
     path: str | Path | None = None, *, default: LLMConfig | None = None
-) -> LLMSettings:
+) -> ModelSettings:
     """Settings from a TOML file; no file → the defaults and the shipped price table."""
     if path is None:
-        return LLMSettings(models=RoleModels.build(default or LLMConfig()), prices=default_prices())
+        models = RoleModels.build(default or LLMConfig())
+        return ModelSettings(models=models, prices=default_prices())
     path = Path(path)
     try:
         with path.open("rb") as handle:

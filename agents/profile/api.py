@@ -14,10 +14,10 @@ from pathlib import Path
 import platformdirs
 
 from agents.profile.report import Profile
+from agents.request.defaults import DEVICES, PROFILE_REPEAT
+from agents.request.requests import ProfileRequest
 from agents.sandbox.process import ChildOutcome, Limits, run_child
 from agents.task import SIZES, SourceFile, TaskLoadError, outline_problem
-
-DEVICES = ("cpu", "cuda")
 
 
 class ProfileError(Exception):
@@ -30,7 +30,7 @@ def profile_file(
     device: str = "cpu",
     size: str = "default",
     threads: int | None = None,
-    repeat: int = 5,
+    repeat: int = PROFILE_REPEAT,
     use_jail: bool = True,
     cache_dir: Path | None = None,
     limits: Limits | None = None,
@@ -68,6 +68,20 @@ def profile_file(
     if outcome.cancelled:
         raise ProfileError("profiling was cancelled")
     return read_outcome(outcome, source, limits)
+
+
+def profile_request(request: ProfileRequest, cancel: threading.Event | None = None) -> Profile:
+    """`profile_file` for a typed request (`kernel-agent profile`'s, an editor job's)."""
+    return profile_file(
+        request.problem,
+        device=request.device,
+        size=request.size,
+        threads=request.threads,
+        repeat=request.repeat,
+        use_jail=request.jail,
+        refresh_ceilings=request.refresh_ceilings,
+        cancel=cancel,
+    )
 
 
 def _check_request(

@@ -8,6 +8,7 @@ from memory.devices import DEVICES
 __all__ = [
     "BENCH_MAX_EVALS",
     "DEVICES",
+    "EVAL_BACKENDS",
     "EVAL_TIMING_BUDGET_S",
     "LLM_SEARCH",
     "MAX_EVALS",
@@ -30,6 +31,9 @@ EVAL_TIMING_BUDGET_S = 3.0
 """Longest timing of a single verdict (`eval`, `bench`): one pair, so it may take longer."""
 SELF_IMPROVEMENT_TIMING_BUDGET_S = 1.0
 """bench/self_improvement.py times two whole passes of the suite; only evaluation counts matter."""
+
+EVAL_BACKENDS = ("local", "ray")
+"""Where candidates are built and timed: this machine, or a Ray cluster."""
 
 MAX_EVALS = 100
 """Evaluations per search at most, unless the request says otherwise."""

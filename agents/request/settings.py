@@ -15,6 +15,7 @@ from typing import Any
 
 from agents.llm.base import ROLES
 from agents.llm.config import BACKENDS as LLM_BACKENDS
+from agents.llm.config import LLMConfig, ModelSettings, settings_from_tables
 from agents.request.defaults import DEVICES, MAX_EVALS, SEARCH_TIMING_BUDGET_S, search_shape
 from agents.task import SIZES
 
@@ -129,6 +130,16 @@ class LLMSettings(RoleSettings):
                 raise RequestError(
                     f"unknown backend {name!r}: use one of {', '.join(LLM_BACKENDS)}"
                 )
+        self.models()  # every value checked now, not when the search starts
+
+    def models(self) -> ModelSettings:
+        """Each role's resolved model config and the price table; RequestError in one line."""
+        table: dict[str, Any] = self.values()
+        table.update({role: own.values() for role, own in self.roles.items()})
+        try:
+            return settings_from_tables(table, self.prices, default=LLMConfig(backend="offline"))
+        except ValueError as error:
+            raise RequestError(str(error)) from None
 
     def backend_of(self, role: str) -> str:
         """The backend `role` ends up with (offline when nothing says otherwise)."""

@@ -12,12 +12,15 @@ extension's package.json and the dataclasses, so none can drift from the others.
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from agents.llm.base import ROLES
+from agents.llm.config import parse_settings
 from agents.request.settings import RequestError, RoleSettings
 from agents.request.wire import convert
 
@@ -132,6 +135,23 @@ def config_values(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     if "prices" in data:
         values["llm.prices"] = data["prices"]
     return values
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """A config file's settings by field path (see `config_values`); its [llm] and [prices]
+    are checked as agents.llm.config reads them, so a bad value names the file and key."""
+    try:
+        with Path(path).open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise RequestError(f"{path}: not valid TOML: {error}") from None
+    except OSError as error:
+        raise RequestError(f"{path}: cannot read the config file: {error.strerror}") from None
+    try:
+        parse_settings(data, source=str(path))
+    except ValueError as error:
+        raise RequestError(str(error)) from None
+    return config_values(data, str(path))
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:

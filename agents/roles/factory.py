@@ -1,4 +1,4 @@
-"""Builds the four roles from the command line, the config file and the environment.
+"""Builds the four roles from a request's LLM settings and the environment (the keys).
 
 Each role can use its own backend and model; roles with identical settings share one
 client, so they share its concurrency limit.
@@ -7,15 +7,15 @@ client, so they share its concurrency limit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from threading import Event
 
 from agents.evaluate import EvalOptions
 from agents.llm.accounting import CostMeter
 from agents.llm.base import ROLES, ChatModel
-from agents.llm.config import BACKENDS, LLMConfig, load_settings
+from agents.llm.config import BACKENDS
 from agents.llm.factory import make_chat_model
 from agents.offline.roles import OfflineExecutor, OfflinePlanner, OfflineSummarizer
+from agents.request.settings import LLMSettings, RequestError
 from agents.roles.llm_roles import LLMExecutor, LLMPlanner, LLMRepairer, LLMSummarizer
 from agents.search.beam import Roles
 from agents.task import SourceFile
@@ -40,34 +40,19 @@ class OfflineSetup:
 
 
 def build_roles(
-    llm: str | None,
+    llm: LLMSettings,
     meter: CostMeter,
     *,
-    model: str | None = None,
-    base_url: str | None = None,
-    config_path: Path | None = None,
     device: str = "cpu",
-    api_key: str | None = None,
     offline: OfflineSetup | None = None,
 ) -> tuple[Roles, list[ChatModel]]:
-    """The roles, and the chat models to close afterwards. `llm` None: the config file's
-    backend, else offline. `api_key` comes from the editor's secret store, if any."""
+    """The roles, and the chat models to close afterwards, from the request's LLM settings
+    (a config file, the command line's flags and the editor's settings all arrive there)."""
     try:
-        settings = load_settings(config_path, default=LLMConfig(backend=llm or "offline"))
-        models = settings.models
-        changes: dict[str, object] = {}
-        if llm is not None:
-            changes["backend"] = llm
-        if model:
-            changes["model"] = model
-        if base_url:
-            changes["base_url"] = base_url
-        if api_key:
-            changes["api_key"] = api_key
-        if changes:
-            models = models.with_changes(**changes)
-    except ValueError as error:
+        settings = llm.models()
+    except RequestError as error:
         raise RoleSetupError(str(error)) from None
+    models = settings.models
     backends = {role: models.for_role(role).backend for role in ROLES}
     if (backends["planner"] == "offline") != (backends["executor"] == "offline"):
         raise RoleSetupError(

@@ -20,9 +20,7 @@ from agents.bench.optimize import (
     run_optimize_bench,
 )
 from agents.bench.runner import machine_name
-from agents.evaluate import EvalOptions
-from agents.search.beam import SearchConfig
-from agents.search.budget import Budget
+from agents.request.settings import BudgetSettings
 from agents.search.fates import CandidateFate, Fate, fates_summary
 from tests.conftest import ROOT
 
@@ -90,9 +88,7 @@ def test_from_json_renders_and_merges_without_losing_candidates(tmp_path):
 def test_resume_keeps_a_finished_rows_candidates(tmp_path):
     previous = OptimizeReport.from_json(json.loads(SAVED.read_text()))
     previous.machine = machine_name("cpu")  # resumed here: the saved row ran on another CPU
-    options = OptimizeBenchOptions(
-        eval=EvalOptions(device="cpu"), search=SearchConfig(), budget=Budget(max_evals=1)
-    )
+    options = OptimizeBenchOptions(budget=BudgetSettings(max_evals=1))
     resumed = run_optimize_bench([PROBLEM], options, previous=previous)
     (row,) = resumed.rows
     assert row.candidates == previous.rows[0].candidates and len(row.candidates) == 3

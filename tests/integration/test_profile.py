@@ -14,10 +14,10 @@ import pytest
 import torch
 from rich.console import Console
 
+from agents.cli.profile import add_profile_parser, run_profile
 from agents.profile import ceilings as ceilings_module
 from agents.profile.api import ProfileError, profile_file
 from agents.profile.ceilings import cache_path, get_ceilings
-from agents.profile.command import add_profile_parser, run_profile
 from agents.profile.costs import classify
 from agents.profile.lines import LineRecorder, parse_range
 from agents.profile.profiler import profile_model

@@ -7,7 +7,7 @@ import json
 
 from agents.bench.render import markdown_report
 from agents.bench.report import BenchReport, BenchRow
-from agents.cli import format_summary
+from agents.cli.evaluate import format_summary
 from agents.search.finish import faster, ranked_speedup
 from agents.verify.verdict import EvalResult, Verdict
 

@@ -19,7 +19,7 @@ class SkillCommandError(Exception):
 
 
 def add_skills_parser(commands: Any) -> None:
-    from agents.profile.api import DEVICES
+    from agents.request.defaults import DEVICES
     from agents.task import SIZES
 
     skills = commands.add_parser(

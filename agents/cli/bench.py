@@ -1,4 +1,5 @@
-"""`kernel-agent bench`: time eager and torch.compile over a problem suite."""
+"""`kernel-agent bench`: time eager and torch.compile over a problem suite, or (--optimize)
+run the offline search on every problem against both (agents/bench/ does the work)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from agents.bench.render import markdown_report, plot_report, render_report
 from agents.bench.report import BenchReport, merge_reports
 from agents.bench.runner import BenchOptions, check_resumable, run_bench
 from agents.bench.suite import BASELINES, discover
+from agents.cli.pool_arguments import add_pool_arguments
 from agents.display import make_console
-from agents.evalpool import add_pool_arguments, pool_settings
-from agents.evaluate import DEVICES, EvalError, EvalOptions
+from agents.evaluate import EvalError, EvalOptions
+from agents.request.defaults import BENCH_MAX_EVALS, DEVICES, EVAL_TIMING_BUDGET_S
 from agents.task import SIZES
 
 if TYPE_CHECKING:
@@ -62,9 +64,10 @@ def add_bench_parser(commands) -> None:
     bench.add_argument(
         "--timing-budget",
         type=float,
-        default=3.0,
+        default=EVAL_TIMING_BUDGET_S,
         metavar="SECONDS",
-        help="timing time per problem before the medians must be stable (default: 3)",
+        help="timing time per problem before the medians must be stable "
+        f"(default: {EVAL_TIMING_BUDGET_S:g})",
     )
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
     bench.add_argument(
@@ -90,7 +93,8 @@ def add_bench_parser(commands) -> None:
     bench.add_argument("--plot", type=Path, default=None, help="draw speedups to a PNG")
     bench.add_argument(
         "--no-jail",
-        action="store_true",
+        dest="jail",
+        action="store_false",
         help="run candidates without the bubblewrap jail (only for code you trust)",
     )
     bench.add_argument(
@@ -101,7 +105,12 @@ def add_bench_parser(commands) -> None:
     bench.add_argument(
         "--memory", type=Path, default=None, help="--optimize: memory file (default: fresh)"
     )
-    bench.add_argument("--max-evals", type=int, default=40, help="--optimize: per problem")
+    bench.add_argument(
+        "--max-evals",
+        type=int,
+        default=BENCH_MAX_EVALS,
+        help=f"--optimize: per problem (default: {BENCH_MAX_EVALS})",
+    )
     bench.add_argument(
         "--parallel-evals",
         type=int,
@@ -143,7 +152,7 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
             size=args.size,
             threads=args.threads,
             timing_budget_s=args.timing_budget,
-            jail=not args.no_jail,
+            jail=args.jail,
         ),
         command="kernel-agent " + shlex.join(argv),
     )
@@ -261,36 +270,29 @@ def _render_saved(args: argparse.Namespace) -> int:
 def _run_optimize(paths: list[Path], args: argparse.Namespace, argv: list[str]) -> int:
     from agents.bench.optimize import OptimizeBenchOptions, run_optimize_bench
     from agents.bench.optimize_render import optimize_markdown, render_optimize
-    from agents.optimize_command import OFFLINE_DEFAULTS
-    from agents.search.beam import SearchConfig
-    from agents.search.budget import Budget
+    from agents.request.run import pool_settings
+    from agents.request.settings import BudgetSettings, EvaluationSettings
 
     if args.max_evals < 1:
         raise EvalError("--max-evals must be at least 1")
     if args.parallel_evals < 1:
         raise EvalError("--parallel-evals must be at least 1")
-    d = OFFLINE_DEFAULTS
+    evaluation = EvaluationSettings(
+        device=args.device,
+        size=args.size,
+        threads=args.threads,
+        timing_budget=args.timing_budget,
+        jail=args.jail,
+        parallel_evals=args.parallel_evals,
+        eval_backend=getattr(args, "evaluation.eval_backend"),
+        ray_address=getattr(args, "evaluation.ray_address"),
+    )
+    pool_settings(evaluation)  # a contradiction is refused before any problem runs
     options = OptimizeBenchOptions(
-        eval=EvalOptions(
-            device=args.device,
-            size=args.size,
-            threads=args.threads,
-            timing_budget_s=args.timing_budget,
-            jail=not args.no_jail,
-        ),
-        search=SearchConfig(
-            beam=d["beam"],
-            plans=d["plans"],
-            samples=d["samples"],
-            iterations=d["iters"],
-            patience=d["patience"],
-            repairs=d["repairs"],
-            parallel_evals=args.parallel_evals,
-        ),
-        budget=Budget(max_evals=args.max_evals),
+        evaluation=evaluation,
+        budget=BudgetSettings(max_evals=args.max_evals),
         memory=args.memory,
         command="kernel-agent " + shlex.join(argv),
-        pool=pool_settings(args, build_slots=args.parallel_evals),
     )
     previous = _resumed(args, optimize=True)
     console = make_console(stderr=args.json)

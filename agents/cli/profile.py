@@ -1,7 +1,7 @@
-"""The `kernel-agent profile` subcommand: parse its arguments, profile, print.
+"""`kernel-agent profile FILE.py`: where a problem's forward spends its time, line by line.
 
-agents/cli.py wires `add_profile_parser` and `run_profile` in; a ProfileError is a usage
-error there (one line, exit status 2).
+The arguments become a `ProfileRequest`; a ProfileError is a usage error (one line, exit
+status 2, see agents/cli/__init__.py).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import argparse
 import json
 from typing import Any
 
-from agents.profile.api import DEVICES, ProfileError, profile_file
-from agents.task import SIZES, SourceFile, TaskLoadError
+from agents.request.defaults import DEVICES, PROFILE_REPEAT
+from agents.task import SIZES
 
 
 def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -30,33 +30,46 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--size", choices=SIZES, default="default", help="gpu: apply the problem's GPU_SIZES"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--repeat", type=int, default=5, help="profiled forwards (default 5)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=PROFILE_REPEAT,
+        help=f"profiled forwards (default {PROFILE_REPEAT})",
+    )
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
     parser.add_argument("--plot", metavar="OUT.png", default=None, help="save a roofline plot")
     parser.add_argument(
         "--refresh-ceilings", action="store_true", help="measure the machine's ceilings again"
     )
     parser.add_argument(
-        "--no-jail", action="store_true", help="skip the bubblewrap jail (limits still apply)"
+        "--no-jail",
+        dest="jail",
+        action="store_false",
+        help="skip the bubblewrap jail (limits still apply)",
     )
     return parser
 
 
 def run_profile(args: argparse.Namespace) -> int:
     """Profile, then print a table (or JSON) and optionally save the plot. Returns 0."""
+    from agents.profile.api import ProfileError, profile_request
+    from agents.request.requests import ProfileRequest
+    from agents.task import SourceFile, TaskLoadError
+
     try:
         source = SourceFile.from_path(args.file)
     except TaskLoadError as error:
         raise ProfileError(str(error)) from None
-    profile = profile_file(
-        source,
+    request = ProfileRequest(
+        problem=source,
         device=args.device,
         size=args.size,
         threads=args.threads,
         repeat=args.repeat,
-        use_jail=not args.no_jail,
+        jail=args.jail,
         refresh_ceilings=args.refresh_ceilings,
     )
+    profile = profile_request(request)
     if args.plot:
         from agents.profile.plot import plot_roofline
 
