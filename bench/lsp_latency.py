@@ -503,9 +503,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def analysis_costs(text: str, repeat: int = 30) -> dict[str, dict[str, Any]]:
     """What the server recomputes on every didChange, timed in this process (ms): the
     incremental reparse, find_targets and find_hints over the whole document."""
+    from agents.targets.find import find_targets
+    from agents.targets.hints import find_hints
     from server.documents import Document
-    from server.hints import find_hints
-    from server.targets import find_targets
 
     lines = text.split("\n")
     line, column = lines.index(EDIT_MARKER), len(EDIT_MARKER)

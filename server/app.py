@@ -31,12 +31,14 @@ from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from agents import __version__
-from server.analysis import Analysis
+from agents.targets.analysis import Analysis
+from agents.targets.edits import Rewrite
+from agents.targets.hints import Hint
+from agents.targets.model import Target
 from server.client_features import ClientFeatures
 from server.diagnostics import ProfileView, finding_diagnostic, hint_diagnostic
 from server.dispatch import Dispatcher, serve_frames
 from server.documents import Document, DocumentStore
-from server.edits import Rewrite
 from server.features import (
     code_actions,
     document_sync,
@@ -46,11 +48,9 @@ from server.features import (
     rewrites,
 )
 from server.framing import FrameReader, Read, max_body_from_env
-from server.hints import Hint
 from server.jobs import JobManager
 from server.protocol import KernelAgentProtocol
 from server.settings import SECTION, Settings, load
-from server.targets import Target
 
 if TYPE_CHECKING:
     from memory.experiences import ExperienceStore

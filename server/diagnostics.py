@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from agents.profile.report import LineStat, Profile
+from agents.targets.hints import Hint
 from server.documents import Document, LineEdit, byte_col_to_char, index_to_char
-from server.hints import Hint
 
 if TYPE_CHECKING:  # the skills library takes ~0.1 s to load: only once a profile arrives
     from memory.gate import GateResult

@@ -10,19 +10,12 @@ encoding ("utf-16" by default, "utf-8" or "utf-32" when the client offers them).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 
-import tree_sitter_python
-from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
+from tree_sitter import Node, Parser, Tree
 
-PY_LANGUAGE = Language(tree_sitter_python.language())
-
-
-def new_parser() -> Parser:
-    """A parser of its own for each user: tree-sitter parsers are not thread-safe."""
-    return Parser(PY_LANGUAGE)
+from agents.targets.syntax import Dirty, new_parser
 
 
 @dataclass(frozen=True)
@@ -78,40 +71,6 @@ def byte_col_to_char(line: str, byte_col: int, encoding: str = "utf-16") -> int:
         return byte_col
     prefix = line.encode("utf-8")[:byte_col].decode("utf-8", "replace")
     return index_to_char(prefix, len(prefix), encoding)
-
-
-@dataclass
-class Dirty:
-    """Where the text or the tree changed since the analysis last looked (`take_dirty`):
-    bytes `lo..hi` and rows `lo_row..hi_row` of the current text, with everything before
-    untouched and everything after moved by `byte_delta` bytes and `row_delta` rows."""
-
-    lo: int
-    hi: int
-    lo_row: int
-    hi_row: int
-    byte_delta: int = 0
-    row_delta: int = 0
-
-    def add_edit(self, start: int, old_end: int, new_end: int, rows: tuple[int, int, int]) -> None:
-        """Follow one more edit (old_end and rows[1] in the text before it)."""
-        start_row, old_end_row, new_end_row = rows
-        delta, row_delta = new_end - old_end, new_end_row - old_end_row
-        lo = self.lo if self.lo < start else start
-        hi = self.hi if self.hi < start else (self.hi + delta if self.hi >= old_end else new_end)
-        lo_row = self.lo_row if self.lo_row < start_row else start_row
-        if self.hi_row < start_row:
-            hi_row = self.hi_row
-        else:
-            hi_row = self.hi_row + row_delta if self.hi_row > old_end_row else new_end_row
-        self.lo, self.hi = min(lo, start), max(hi, new_end)
-        self.lo_row, self.hi_row = min(lo_row, start_row), max(hi_row, new_end_row)
-        self.byte_delta += delta
-        self.row_delta += row_delta
-
-    def add_range(self, lo: int, hi: int, lo_row: int, hi_row: int) -> None:
-        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
-        self.lo_row, self.hi_row = min(self.lo_row, lo_row), max(self.hi_row, hi_row)
 
 
 class Document:
@@ -318,35 +277,3 @@ class DocumentStore:
 
     def uris(self) -> list[str]:
         return list(self._docs)
-
-
-def parse_text(text: str) -> Tree:
-    """A one-off parse (snapshots, rewrites); not cached."""
-    return new_parser().parse(text.encode("utf-8"))
-
-
-def walk(node: Node) -> Iterator[Node]:
-    """Every node below `node`, depth first in source order."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
-
-
-_QUERIES: dict[tuple[str, ...], Query] = {}
-
-
-def descendants(node: Node, types: tuple[str, ...]) -> list[Node]:
-    """The nodes of `types` at or below `node`, in `walk` order, found by a tree-sitter
-    query (in C: a Python walk over a 5 MB file's nodes takes seconds)."""
-    query = _QUERIES.get(types)
-    if query is None:
-        query = _QUERIES[types] = Query(PY_LANGUAGE, f"[{' '.join(f'({t})' for t in types)}] @n")
-    found = QueryCursor(query).captures(node).get("n", [])
-    found.sort(key=lambda n: (n.start_byte, -n.end_byte))
-    return found
-
-
-def node_text(node: Node | None) -> str:
-    return node.text.decode("utf-8", "replace") if node is not None and node.text else ""

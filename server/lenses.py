@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from server.edits import Rewrite
-from server.targets import Target
+from agents.targets.edits import Rewrite
+from agents.targets.model import Target
 
 CMD_OPTIMIZE = "kernelAgent.optimize"
 CMD_PROFILE = "kernelAgent.profile"

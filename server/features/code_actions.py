@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from agents.targets.find import target_at
 from server import lenses as L
 from server.documents import Document
 from server.features.guards import guarded
 from server.features.locations import position
-from server.targets import target_at
 
 if TYPE_CHECKING:
     from server.app import KernelAgentServer

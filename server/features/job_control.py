@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
+from agents.targets.model import Target
 from server import lenses as L
 from server.documents import Document
 from server.features.code_actions import insertion_edit
@@ -17,7 +18,6 @@ from server.features.guards import guarded, object_argument
 from server.features.job_outcomes import describe_event, job_failed, job_finished
 from server.features.locations import fs_path
 from server.jobs import Job, JobRefused, JobSpec, JobUpdate
-from server.targets import Target
 
 if TYPE_CHECKING:
     from server.app import KernelAgentServer

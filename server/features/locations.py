@@ -8,8 +8,8 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.uris import to_fs_path
 
+from agents.targets.edits import TextChange
 from server.documents import Document, index_to_char
-from server.edits import TextChange
 
 
 def position(doc: Document, line: int, index: int, encoding: str) -> types.Position:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
+from agents.targets.edits import EditRefused, Rewrite, apply_changes, build_accept
 from server import lenses as L
-from server.edits import EditRefused, Rewrite, apply_changes, build_accept
 from server.features.guards import guarded, object_argument
 from server.features.locations import fs_path, read_disk, text_edit_range
 from server.feedback import record_decision

@@ -18,15 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.task import SourceFile, load_problem, outline_problem
+from agents.search import events as ev
 from server.jobs import Job, JobManager, JobRefused, JobSpec, JobUpdate, _descendants
 from server.progress_text import ProgressTracker
-from server.synth import SynthesisError, synthesize_problem
 from tests.conftest import ROOT
 
 GEMM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
 SOFTMAX = ROOT / "bench" / "problems" / "17_manual_softmax.py"
-QUICK = {"threads": 1, "timing_budget": 0.3, "no_memory": True}
+QUICK = {"evaluation.threads": 1, "evaluation.timing_budget": 0.3, "memory.enabled": False}
 CANARY = "sk-ant-canary-7f3e9b2c41d04a5e"
 
 SOFTMAX_FUNCTION = '''"""A softmax written by hand, as a plain function."""
@@ -77,7 +76,7 @@ class Recorder:
     def states(self) -> list[str]:
         return [u.state for u in self.updates if u.state != "event"]
 
-    def events(self) -> list[dict]:
+    def events(self) -> list[ev.SearchEvent]:
         return [u.event for u in self.updates if u.state == "event" and u.event]
 
 
@@ -157,9 +156,9 @@ async def test_profile_job_returns_hot_lines_and_never_shows_the_secret(tmp_path
     finally:
         await jobs.shutdown()
     assert job.state == "done", job.error
-    profile = job.result["profile"]
-    assert profile["schema_version"] == 1 and profile["lines"]
-    hot = job.result["hot_lines"]
+    profile = job.result.profile
+    assert profile.schema_version == 1 and profile.lines
+    hot = job.result.hot_lines
     assert hot and {line["line"] for line in hot} <= {17, 18, 19}
     assert record.states() == ["started", "done"]
     assert record.updates[-1].result == job.result and job.percent == 100
@@ -182,18 +181,18 @@ async def test_profile_job_returns_hot_lines_and_never_shows_the_secret(tmp_path
 @pytest.mark.slow
 async def test_optimize_job_reports_monotonic_progress_and_a_verified_kernel(manager):
     record = Recorder()
-    settings = {**QUICK, "max_evals": 6}
+    settings = {**QUICK, "budget.max_evals": 6}
     job = await manager.start(spec(GEMM, settings=settings), record)
     assert manager.find(GEMM.as_uri(), "Model") is job
     job = await manager.wait(job.id)
     assert job.state == "done", job.error
-    result = job.result
-    assert result["verdict"] == "correct" and result["improved"]
-    assert "class ModelNew" in result["source"]
-    assert result["speedup"] > 1 and result["methods"] and result["evaluations"] <= 7
-    assert result["profile"]["lines"] and result["hot_lines"]  # the reference's profile
-    assert not result["synthesized"]
-    kinds = [event["kind"] for event in record.events()]
+    result = job.result.search
+    assert result.verdict == "correct" and result.improved
+    assert "class ModelNew" in result.source
+    assert result.speedup > 1 and result.methods and result.evaluations <= 7
+    assert job.result.profile.lines and job.result.hot_lines  # the reference's profile
+    assert not job.result.synthesized
+    kinds = [event.kind for event in record.events()]
     assert kinds[0] == "started" and "candidate" in kinds and kinds[-1] == "finished"
     percents = [u.percent for u in record.updates if u.percent is not None]
     assert percents == sorted(percents) and percents[-1] == 100
@@ -210,21 +209,21 @@ async def test_a_plain_function_is_optimised_against_itself(manager, tmp_path):
     path = tmp_path / "softmax_function.py"
     path.write_text(SOFTMAX_FUNCTION)
     record = Recorder()
-    settings = {**QUICK, "max_evals": 1, "iters": 1}
+    settings = {**QUICK, "budget.max_evals": 1, "search.iterations": 1}
     job = await manager.start(
         spec(path, target="manual_softmax", target_kind="function", settings=settings), record
     )
     job = await manager.wait(job.id)
     assert job.state == "done", job.error
-    result = job.result
-    assert result["synthesized"] and result["target"] == "manual_softmax"
-    assert result["verdict"] in ("correct", "no_improvement")
-    if result["improved"]:
-        assert "class ModelNew" in result["source"] and result["speedup"] > 1
+    result = job.result.search
+    assert job.result.synthesized and job.result.target == "manual_softmax"
+    assert result.verdict in ("correct", "no_improvement")
+    if result.improved:
+        assert "class ModelNew" in result.source and result.speedup > 1
     else:
-        assert result["source"] is None
+        assert result.source is None
     # The hot lines are the user's own lines, not the wrapper's.
-    assert {line["line"] for line in result["hot_lines"]} <= {10, 11, 12}
+    assert {line["line"] for line in job.result.hot_lines} <= {10, 11, 12}
 
 
 # -- cancel, crash, garbage --------------------------------------------------------------------
@@ -232,8 +231,8 @@ async def test_a_plain_function_is_optimised_against_itself(manager, tmp_path):
 
 async def test_cancel_stops_the_worker_and_its_sandboxes_within_seconds(manager):
     record = Recorder()
-    job = await manager.start(spec(GEMM, settings={**QUICK, "max_evals": 50}), record)
-    await record.until(lambda u: u.state == "event" and u.event["kind"] == "iteration")
+    job = await manager.start(spec(GEMM, settings={**QUICK, "budget.max_evals": 50}), record)
+    await record.until(lambda u: u.state == "event" and u.event.kind == "iteration")
     await asyncio.sleep(1.0)  # an evaluation in its sandbox by now
     family = _descendants(job.pid)
     started = time.monotonic()
@@ -241,7 +240,7 @@ async def test_cancel_stops_the_worker_and_its_sandboxes_within_seconds(manager)
     took = time.monotonic() - started
     assert job.state == "cancelled" and took < 5, took
     assert not alive(job.pid) and not [pid for pid in family if alive(pid)]
-    assert job.result is not None and job.result["stopped_because"] == "cancelled"
+    assert job.result is not None and job.result.search.stopped_because == "cancelled"
     assert record.states()[-1] == "cancelled" and record.updates[-1].result == job.result
     assert not await manager.cancel(job.id)  # already over
 
@@ -316,7 +315,7 @@ async def test_one_job_per_target_a_concurrency_limit_and_shutdown_ends_all():
         await jobs.start(spec(SOFTMAX, "profile"), Recorder())
     assert {job.id for job in jobs.running()} == {first.id, second.id}
     for record in records:  # both searches under way
-        await record.until(lambda u: u.state == "event" and u.event["kind"] == "started")
+        await record.until(lambda u: u.state == "event" and u.event.kind == "started")
     started = time.monotonic()
     await jobs.shutdown()
     assert time.monotonic() - started < 8
@@ -330,12 +329,15 @@ async def test_one_job_per_target_a_concurrency_limit_and_shutdown_ends_all():
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
-        ({"beam": 0}, "beam"),
-        ({"device": "tpu"}, "device"),
-        ({"timing_budget": "fast"}, "timing_budget"),
-        ({"llm": {"planner": {"backend": "anthropic", "api_key": CANARY}}}, "llm.planner.api_key"),
+        ({"search.beam": 0}, "search.beam"),
+        ({"evaluation.device": "tpu"}, "device"),
+        ({"evaluation.timing_budget": "fast"}, "evaluation.timing_budget"),
+        (
+            {"llm.roles.planner.backend": "anthropic", "llm.roles.planner.api_key": CANARY},
+            "llm.roles.planner.api_key",
+        ),
         ({"beems": 3}, "beems"),
-        ({"eval_backend": "slurm"}, "eval_backend"),
+        ({"evaluation.eval_backend": "slurm"}, "evaluation.eval_backend"),
     ],
 )
 async def test_a_bad_setting_fails_the_job_with_one_line(manager, settings, named):
@@ -352,7 +354,11 @@ async def test_the_worker_sends_candidates_to_the_chosen_evaluation_backend(mana
     fails the job with the pool's one line, before any candidate is queued."""
     pytest.importorskip("ray")
     record = Recorder()
-    settings = {**QUICK, "no_memory": True, "eval_backend": "ray", "ray_address": "127.0.0.1:1"}
+    settings = {
+        **QUICK,
+        "evaluation.eval_backend": "ray",
+        "evaluation.ray_address": "127.0.0.1:1",
+    }
     job = await manager.start(spec(GEMM, settings=settings), record)
     job = await manager.wait(job.id)
     assert job.state == "failed" and "cannot reach the Ray cluster at 127.0.0.1:1" in job.error
@@ -361,68 +367,12 @@ async def test_the_worker_sends_candidates_to_the_chosen_evaluation_backend(mana
 
 async def test_a_missing_api_key_fails_the_job_in_the_worker(manager):
     record = Recorder()
-    settings = {**QUICK, "llm": "anthropic", "no_memory": True}
+    settings = {**QUICK, "llm.backend": "anthropic"}
     env = {"ANTHROPIC_API_KEY": ""}
     job = await manager.start(spec(GEMM, settings=settings, env=env), record)
     job = await manager.wait(job.id)
     assert job.state == "failed" and "ANTHROPIC_API_KEY" in job.error
     assert "\n" not in job.error
-
-
-# -- synthesis ---------------------------------------------------------------------------------
-
-
-def test_a_function_becomes_a_problem_whose_model_calls_it():
-    text = synthesize_problem(SOFTMAX_FUNCTION, "manual_softmax")
-    assert text.startswith(SOFTMAX_FUNCTION.rstrip())  # the user's lines keep their numbers
-    source = SourceFile(text, "/virtual/softmax_function.py")
-    outline_problem(source)
-    problem = load_problem(source)
-    import torch
-
-    (x,) = problem.get_inputs()
-    model = problem.model_class(*problem.get_init_inputs())
-    torch.testing.assert_close(model(x), torch.softmax(x, dim=1))
-
-
-def test_a_function_without_get_inputs_is_told_what_to_add():
-    text = SOFTMAX_FUNCTION.replace("def get_inputs", "def make_inputs")
-    with pytest.raises(SynthesisError) as error:
-        synthesize_problem(text, "manual_softmax")
-    message = str(error.value)
-    assert "def get_inputs(): return [torch.randn(...)]" in message
-    assert "manual_softmax(x)" in message and "\n" not in message
-    assert "def get_inputs():" in error.value.snippet
-
-
-def test_a_file_with_its_own_model_keeps_it_under_another_name():
-    text = SOFTMAX.read_text().replace(
-        "def get_inputs():", "def scaled(x):\n    return Model()(x) * 2\n\n\ndef get_inputs():"
-    )
-    out = synthesize_problem(text, "scaled")
-    user_part = out[: out.index("# --- kernel-agent")]
-    assert user_part.count("\n") >= text.count("\n") and "class UserModel(" in user_part
-    assert user_part.splitlines()[: len(text.splitlines())] == [
-        line.replace("Model()", "UserModel()").replace("class Model(", "class UserModel(")
-        for line in text.splitlines()
-    ]
-    problem = load_problem(SourceFile(out, "/virtual/scaled.py"))
-    import torch
-
-    (x,) = problem.get_inputs()
-    model = problem.model_class(*problem.get_init_inputs())
-    torch.testing.assert_close(model(x), torch.softmax(x, dim=1) * 2)
-
-
-def test_model_targets_pass_through_and_kernels_are_refused():
-    text = GEMM.read_text()
-    assert synthesize_problem(text, "Model") == text
-    triton = "import triton\n\n\n@triton.jit\ndef k(x_ptr):\n    pass\n\n\n"
-    triton += "def get_inputs():\n    return []\n"
-    with pytest.raises(SynthesisError, match="Triton kernel"):
-        synthesize_problem(triton, "k")
-    with pytest.raises(SynthesisError, match="no function or class `nope`"):
-        synthesize_problem(text, "nope")
 
 
 def test_jobs_hold_no_secrets():
@@ -435,15 +385,15 @@ def test_jobs_hold_no_secrets():
 def test_progress_reads_the_search_events_honestly():
     tracker = ProgressTracker(iterations=16, max_evals=100, samples=2)
     events = [
-        {"kind": "started", "iterations": 16, "samples": 2},
-        {"kind": "profiled", "summary": "", "hot_lines": []},
-        {"kind": "iteration", "iteration": 3, "iterations": 16, "best_speedup": 1.5},
-        {"kind": "plan"},
-        {"kind": "plan"},
-        *({"kind": "candidate", "verdict": "correct", "evaluations": 40 + i} for i in range(3)),
-        {"kind": "new_best", "speedup": 1.8},
-        {"kind": "candidate", "verdict": "incorrect", "evaluations": 44, "repair": 1},
-        {"kind": "candidate", "verdict": "duplicate", "evaluations": 44},
+        ev.Started("t", "cpu", "offline", "offline", 3, 6, 2, 16),
+        ev.Profiled("", []),
+        ev.IterationStarted(3, 16, [], 1.5, 0),
+        ev.PlanMade(3, 0, "p", "m"),
+        ev.PlanMade(3, 0, "q", "m"),
+        *(ev.CandidateEvaluated(3, "p", i, 0, "correct", 1.2, 40 + i) for i in range(3)),
+        ev.NewBest(3, 1.8, "p", 42),
+        ev.CandidateEvaluated(3, "p", 0, 1, "incorrect", None, 44),
+        ev.CandidateEvaluated(3, "q", 1, 0, "duplicate", None, 44),
     ]
     percents = []
     for event in events:
@@ -451,5 +401,5 @@ def test_progress_reads_the_search_events_honestly():
         percents.append(tracker.percent)
     assert tracker.message == "iteration 3/16 · searching: best 1.80x so far · 4 candidates"
     assert percents == sorted(percents) and percents[-1] == 44  # 44 of 100 evaluations
-    tracker.observe({"kind": "iteration", "iteration": 4, "iterations": 16, "evaluations": 44})
+    tracker.observe(ev.IterationStarted(4, 16, [], 1.8, 44))
     assert tracker.percent == 44  # never backwards

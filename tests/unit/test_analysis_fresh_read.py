@@ -11,8 +11,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from server.analysis import Analysis, Result, full_analysis
-from server.documents import Document, parse_text
+from agents.targets.analysis import Analysis, Result, full_analysis
+from agents.targets.syntax import parse_text
+from server.documents import Document
 from tests.e2e.test_lsp_incremental import BROKEN_CLASS, SEEDS, edit_scripts, position
 
 # BROKEN_CLASS, typed into GEMM, leaves an ERROR tree a fresh parse reads without `Model`.

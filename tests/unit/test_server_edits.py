@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from agents.profile.report import LineStat
+from agents.targets.edits import EditRefused, Rewrite, apply_changes, build_accept
+from agents.targets.find import find_targets
 from memory.experiences import Experience, ExperienceStore, TaskSignature
 from memory.store import MemoryStore
 from server.diagnostics import Finding, locate, shift
 from server.documents import Document, LineEdit
-from server.edits import EditRefused, Rewrite, apply_changes, build_accept
 from server.feedback import record_decision
 from server.settings import Settings, load
-from server.targets import find_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = (ROOT / "bench/problems/13_gemm_divide_sum_scaling.py").read_text()
@@ -191,7 +191,7 @@ def test_settings_accept_nested_and_flat_shapes_and_report_bad_values():
     )
     flat = load({"max_evals": 6, "timing_budget": 0.3, "rewrite_mode": "alongside"})
     assert nested.settings == flat.settings and not nested.problems
-    assert nested.settings.job_settings()["max_evals"] == 6
+    assert nested.settings.job_settings()["budget.max_evals"] == 6
     bad = load({"beam": 0, "device": "tpu", "bogus": 1, "apiKeys": {"anthropic": "sk-x"}})
     assert bad.settings.beam is None and bad.settings.device == "cpu"
     message = bad.message
@@ -203,8 +203,9 @@ def test_the_evaluation_backend_settings_reach_the_job():
     remote = load({"kernelAgent": {"evalBackend": "ray", "rayAddress": "ray://gpu-head:10001"}})
     assert not remote.problems
     job = remote.settings.job_settings()
-    assert job["eval_backend"] == "ray" and job["ray_address"] == "ray://gpu-head:10001"
-    assert "ray_address" not in load({"rayAddress": ""}).settings.job_settings()
+    assert job["evaluation.eval_backend"] == "ray"
+    assert job["evaluation.ray_address"] == "ray://gpu-head:10001"
+    assert "evaluation.ray_address" not in load({"rayAddress": ""}).settings.job_settings()
     bad = load({"evalBackend": "slurm"})
     assert bad.settings.eval_backend == "local"
     assert "evalBackend must be one of local, ray" in bad.message
@@ -222,8 +223,10 @@ def test_api_keys_stay_out_of_reprs_and_settings(monkeypatch):
     assert settings.job_env() == {"ANTHROPIC_API_KEY": "sk-ant-canary-123"}
     for text in (repr(settings), settings.describe(), str(settings.job_settings())):
         assert "canary" not in text
-    assert settings.job_settings()["llm"] == {"backend": "anthropic", "executor": {"model": "m"}}
-    assert settings.job_settings("offline")["llm"] == "offline"
+    llm = {k: v for k, v in settings.job_settings().items() if k.startswith("llm.")}
+    assert llm == {"llm.backend": "anthropic", "llm.roles.executor.model": "m"}
+    offline = {k: v for k, v in settings.job_settings("offline").items() if k.startswith("llm.")}
+    assert offline == {"llm.backend": "offline"}
     assert Settings().job_env() == {}
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agents.targets.find import find_targets, target_at
+from agents.targets.hints import find_hints
 from server.documents import Document
-from server.hints import find_hints
-from server.targets import find_targets, target_at
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM = (ROOT / "bench/problems/13_gemm_divide_sum_scaling.py").read_text()

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from server.documents import descendants, node_text
-from server.targets import Target
+from agents.targets.model import Target
+from agents.targets.syntax import definition, descendants, node_text
 
 HOST_SYNC_METHODS = {"item", "cpu", "tolist", "numpy"}
 CAT_CALLS = {"cat", "concat", "concatenate", "stack", "hstack", "vstack"}
@@ -86,7 +86,7 @@ def hot_bodies(root: Node, targets: list[Target]) -> list[Node]:
     names = {t.name for t in targets if t.kind != "module"}
     bodies: list[Node] = []
     for node in root.named_children:
-        inner = _definition(node)
+        inner = definition(node)
         if inner.type == "function_definition":
             if node_text(inner.child_by_field_name("name")) in names:
                 bodies.append(inner)
@@ -100,21 +100,13 @@ def forward_methods(cls: Node) -> list[Node]:
     block = cls.child_by_field_name("body")
     methods: list[Node] = []
     for member in block.named_children if block is not None else []:
-        method = _definition(member)
+        method = definition(member)
         name = node_text(method.child_by_field_name("name"))
         if method.type == "function_definition" and (
             name == "forward" or name.startswith("_forward")
         ):
             methods.append(method)
     return methods
-
-
-def _definition(node: Node) -> Node:
-    if node.type == "decorated_definition":
-        inner = node.child_by_field_name("definition")
-        if inner is not None:
-            return inner
-    return node
 
 
 def function_hints(function: Node) -> list[Hint]:

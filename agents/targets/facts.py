@@ -3,7 +3,7 @@
 Facts hold no tree nodes and no absolute positions (rows are relative to the statement's
 first row; hint columns are kept, as a statement that did not change keeps its columns), so
 the facts of a statement an edit did not touch stay valid however far the edit moved it.
-`server.analysis` joins them into targets and hints, for a whole tree or after an edit.
+`agents.targets.analysis` joins them into targets and hints, for a whole tree or after an edit.
 """
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from server.documents import descendants, node_text
-from server.hints import Hint, forward_methods, function_hints
-from server.targets import (
-    TRITON_DECORATORS,
-    _assignment,
-    _call_name,
-    _decorators,
-    _definition,
-    _global_functions,
-    _is_load_inline,
-    _method,
-    _name,
+from agents.targets.cuda import global_functions
+from agents.targets.hints import Hint, forward_methods, function_hints
+from agents.targets.model import TRITON_DECORATORS
+from agents.targets.syntax import (
+    assignment,
+    call_name,
+    decorators,
+    def_name,
+    definition,
+    descendants,
+    is_load_inline,
+    method,
+    node_text,
     parameters,
 )
 
@@ -65,9 +66,9 @@ class Facts:
         """The `__global__` kernels of the string this statement assigns (parsed once)."""
         if self._string_kernels is None:
             statement = node()
-            assignment = _assignment(statement)
+            pair = assignment(statement)
             base = statement.start_point.row
-            found = _global_functions(assignment[1]) if assignment else []
+            found = global_functions(pair[1]) if pair else []
             self._string_kernels = tuple(
                 (k.name, k.start_line - base, k.end_line - base) for k in found
             )
@@ -77,45 +78,44 @@ class Facts:
         """The hints of this function, were it hot (a target): computed on first need."""
         if self._function_hints is None:
             statement = node()
-            hints = function_hints(_definition(statement))
+            hints = function_hints(definition(statement))
             self._function_hints = _relative(hints, statement.start_point.row)
         return self._function_hints
 
 
 def facts_of(node: Node) -> Facts:
     """Read one top-level statement."""
-    inner = _definition(node)
+    inner = definition(node)
     base = node.start_point.row
     facts = Facts(inner.type, end_row=node.end_point.row - base)
-    decorators = _decorators(node)
-    facts.is_triton = any(_is_triton(d) for d in decorators)
+    facts.is_triton = any(_is_triton(d) for d in decorators(node))
     if inner.type in ("class_definition", "function_definition"):
-        facts.name = _name(inner)
+        facts.name = def_name(inner)
         facts.name_row = inner.start_point.row - base
         facts.inner_end_row = inner.end_point.row - base
         facts.params = tuple(parameters(inner))
         _read_calls(node, facts)
     if inner.type == "function_definition":
         for call in descendants(inner, ("call",)):
-            if _is_load_inline(call):
+            if is_load_inline(call):
                 facts.load_inline = _cuda_items(call, base)
                 break
     elif inner.type == "class_definition":
         superclasses = inner.child_by_field_name("superclasses")
         if superclasses is not None:
             facts.bases = tuple(node_text(b) for b in superclasses.named_children)
-        forward, init = _method(inner, "forward"), _method(inner, "__init__")
+        forward, init = method(inner, "forward"), method(inner, "__init__")
         facts.forward_params = tuple(parameters(forward)) if forward is not None else ()
         facts.init_params = tuple(parameters(init)) if init is not None else ()
-        hints = [hint for method in forward_methods(inner) for hint in function_hints(method)]
+        hints = [hint for found in forward_methods(inner) for hint in function_hints(found)]
         facts.class_hints = _relative(hints, base)
     else:
-        assignment = _assignment(node)
-        if assignment is not None:
-            left, right = assignment
+        pair = assignment(node)
+        if pair is not None:
+            left, right = pair
             facts.assign_name = node_text(left)
             facts.assign_string = right.type in ("string", "concatenated_string")
-            if _is_load_inline(right):
+            if is_load_inline(right):
                 facts.load_inline = _cuda_items(right, base)
     return facts
 
@@ -138,7 +138,7 @@ def _read_calls(node: Node, facts: Facts) -> None:
             if superclasses is not None:
                 class_refs.update(node_text(b) for b in superclasses.named_children)
             continue
-        callees.add(_call_name(call))
+        callees.add(call_name(call))
         function = call.child_by_field_name("function")
         if function is None:
             continue
@@ -147,7 +147,7 @@ def _read_calls(node: Node, facts: Facts) -> None:
         elif function.type == "attribute":
             owner = function.child_by_field_name("object")
             if owner is not None and owner.type == "call":
-                calls.append(("call", _call_name(owner)))
+                calls.append(("call", call_name(owner)))
             elif owner is not None and owner.type == "identifier":
                 calls.append(("ident", node_text(owner)))
     facts.calls = tuple(calls)
@@ -163,7 +163,7 @@ def _cuda_items(call: Node, base: int) -> tuple[CudaItem, ...]:
         return ()
     value = None
     for argument in arguments.named_children:
-        if argument.type == "keyword_argument" and _name(argument) == "cuda_sources":
+        if argument.type == "keyword_argument" and def_name(argument) == "cuda_sources":
             value = argument.child_by_field_name("value")
     if value is None:
         return ()
@@ -173,7 +173,7 @@ def _cuda_items(call: Node, base: int) -> tuple[CudaItem, ...]:
         if item.type == "identifier":
             out.append(("ident", node_text(item)))
         else:
-            kernels = _global_functions(item)
+            kernels = global_functions(item)
             rel = tuple((k.name, k.start_line - base, k.end_line - base) for k in kernels)
             out.append(("inline", rel))
     return tuple(out)

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from tree_sitter import Node
 
 from agents import pyast
-from server.documents import node_text, parse_text
-from server.progress_text import speedup_summary, speedup_text
-from server.synth import parameters_and_call
-from server.targets import Target, find_definition, top_level
+from agents.speedup_words import speedup_summary, speedup_text
+from agents.targets.find import find_definition
+from agents.targets.model import HARNESS, Target
+from agents.targets.syntax import node_text, parse_text, top_level
+from agents.targets.synth import parameters_and_call
 
-HARNESS = {"get_inputs", "get_init_inputs"}
 IMPORTS = ("import_statement", "import_from_statement", "future_import_statement")
 
 
@@ -326,7 +326,7 @@ def _helpers(
 ) -> tuple[list[str], dict[str, str], set[str]]:
     """The rewrite's statements that ModelNew needs and the file lacks; those that bind a
     name the user already uses for something else are renamed."""
-    excluded = {"Model", "ModelNew", "UserModel", "UserModelNew"} | HARNESS
+    excluded = {"Model", "ModelNew", "UserModel", "UserModelNew", *HARNESS}
     candidates = [(t, n) for t, n, _ in rw.statements if not n & excluded]
     needed = identifiers(rw.classes["ModelNew"])
     reachable: list[tuple[str, set[str]]] = []

@@ -3,7 +3,7 @@
 A 5 MB file has thousands of top-level statements; reading them all after each keystroke
 took seconds. The analysis keeps each statement's `Facts` with its position; after an edit
 only the statements inside the document's dirty region (the edited bytes plus the ranges
-tree-sitter reports as reshaped, `Document.take_dirty`) are read again, those after it move
+tree-sitter reports as reshaped, `ParsedDocument.take_dirty`) are read again, those after it move
 by the edit's byte and row deltas, and the targets and hints are joined from the facts as
 for a whole tree. Where the new tree's statements do not line up with the kept ones the
 analysis starts over, so its results are always those of a fresh read (tests check it).
@@ -13,21 +13,25 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from typing import Protocol
 
 from tree_sitter import Node, Tree
 
-from server.documents import Dirty, Document
-from server.facts import CudaItem, Facts, facts_of
-from server.hints import Hint, unique_hints
-from server.targets import (
-    HARNESS,
-    MODULE_BASES,
-    Kernel,
-    Target,
-    _missing_init,
-    _missing_inputs,
-    _orphan_target,
-)
+from agents.targets.facts import CudaItem, Facts, facts_of
+from agents.targets.hints import Hint, unique_hints
+from agents.targets.model import HARNESS, MODULE_BASES, Kernel, Target
+from agents.targets.snippets import missing_init, missing_inputs, orphan_target
+from agents.targets.syntax import Dirty
+
+
+class ParsedDocument(Protocol):
+    """What the analysis reads of an open document: its settled tree, and what changed in
+    it since the last look (`Dirty`, None for nothing, True when it was rebuilt whole)."""
+
+    @property
+    def root(self) -> Node: ...
+
+    def take_dirty(self) -> Dirty | bool | None: ...
 
 
 class Entry:
@@ -68,7 +72,7 @@ class Analysis:
         self.result: Result | None = None
         self.full_reads = 0  # how often it had to read every statement
 
-    def refresh(self, doc: Document) -> Result:
+    def refresh(self, doc: ParsedDocument) -> Result:
         dirty = doc.take_dirty()
         if self.result is not None and dirty is None:
             return self.result
@@ -160,11 +164,11 @@ def join(entries: list[Entry], node_at: Callable[[int], Node | None]) -> Result:
         facts = entries[index].facts
         missing, snippet = None, None
         if not has_inputs:
-            missing, snippet = _missing_inputs(
+            missing, snippet = missing_inputs(
                 facts.name, list(facts.forward_params), "module", f"{facts.name}()"
             )
         elif not has_init:
-            missing, snippet = _missing_init(facts.name, list(facts.init_params))
+            missing, snippet = missing_init(facts.name, list(facts.init_params))
         targets.append(_target(entries[index], "module", kernels_of(index), missing, snippet))
     inside = [(entries[i].start_byte, entries[i].end_byte) for i in module_targets]
     launched: set[str] = set()
@@ -180,7 +184,7 @@ def join(entries: list[Entry], node_at: Callable[[int], Node | None]) -> Result:
         params = entries[index].facts.params
         missing, snippet = None, None
         if not has_inputs:
-            missing, snippet = _missing_inputs(name, list(params), kind, f"{name}(...)")
+            missing, snippet = missing_inputs(name, list(params), kind, f"{name}(...)")
         targets.append(_target(entries[index], kind, kernels, missing, snippet, params))
     for index in module_targets:
         launched.update(k.name for k in kernels_of(index))
@@ -188,14 +192,14 @@ def join(entries: list[Entry], node_at: Callable[[int], Node | None]) -> Result:
         entry = entries[index]
         if name in launched or any(s <= entry.start_byte < e for s, e in inside):
             continue
-        missing, snippet = _orphan_target(name, list(entry.facts.params))
+        missing, snippet = orphan_target(name, list(entry.facts.params))
         targets.append(_target(entry, "triton", [], missing, snippet))
     targets.sort(key=lambda t: t.start_line)
     return Result(targets, lambda: _hints(hot, node_at, targets))
 
 
 class _KernelFinder:
-    """The kernels a statement launches (`targets._kernels_used`, from facts)."""
+    """The kernels a statement launches (from their facts)."""
 
     def __init__(
         self,
