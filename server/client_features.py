@@ -1,9 +1,17 @@
 """What the client says it can do, read once at initialize: every feature asks here before
-it sends a request the client might not understand."""
+it sends a request the client might not understand.
+
+Two of them are Kernel Agent's own, declared under the client's experimental capabilities
+(`{"experimental": {"kernelAgent": {"jobsChanged": true, "rewriteUri": true}}}`; the VS Code
+extension declares both): `jobsChanged`, the client handles the `kernelAgent/jobsChanged`
+notification (`server.running_jobs`), and `rewriteUri`, it opens `kernel-agent-rewrite:` URIs
+in window/showDocument (`server.rewrite_diff`). Other clients get neither: no notification
+they would not know, and a unified diff file for Show diff."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from lsprotocol import types
 
@@ -25,6 +33,8 @@ class ClientFeatures:
     action_literals: bool = False
     disabled_actions: bool = False
     icons: bool = False
+    jobs_changed: bool = False
+    rewrite_uris: bool = False
     name: str = "unknown client"
 
     @classmethod
@@ -64,5 +74,13 @@ class ClientFeatures:
             action_literals=bool(action and action.code_action_literal_support),
             disabled_actions=bool(action and action.disabled_support),
             icons="code" in name.lower() or "visual studio" in name.lower(),
+            jobs_changed=_own(caps.experimental, "jobsChanged"),
+            rewrite_uris=_own(caps.experimental, "rewriteUri"),
             name=name,
         )
+
+
+def _own(experimental: Any, name: str) -> bool:
+    """Whether the client declared `experimental.kernelAgent.<name>: true`."""
+    ours = experimental.get("kernelAgent") if isinstance(experimental, dict) else None
+    return isinstance(ours, dict) and ours.get(name) is True

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from agents.targets.find import target_at
+from agents.targets.model import Target
 from server import lenses as L
 from server.documents import Document
-from server.features.guards import guarded
-from server.features.locations import position
+from server.guards import guarded
+from server.locations import insertion_edit
 
 if TYPE_CHECKING:
-    from server.app import KernelAgentServer
+    from server.language_server import KernelAgentServer
 
 ACTION_KIND = types.CodeActionKind.RefactorRewrite
 QUICKFIX_KIND = types.CodeActionKind.QuickFix
@@ -60,22 +61,56 @@ def command_for(data: dict[str, Any]) -> types.Command | None:
     return None
 
 
-def insertion_edit(ls: KernelAgentServer, doc: Document, snippet: str) -> types.WorkspaceEdit:
-    """`snippet` appended at the end of `doc`, after the blank lines PEP 8 wants."""
-    last = len(doc.lines) - 1
-    text = doc.line(last)
-    prefix = "\n" * (3 if text.strip() else 2) if doc.text else ""
-    end = position(doc, last, len(text), ls.encoding)
-    return types.WorkspaceEdit(
-        changes={
-            doc.uri: [
-                types.TextEdit(
-                    range=types.Range(start=end, end=end),
-                    new_text=prefix + snippet.rstrip("\n"),
-                )
-            ]
+def actions_for(
+    ls: KernelAgentServer, doc: Document, target: Target, only: list[str]
+) -> list[types.CodeAction]:
+    """The actions on one target that the client's `only` filter lets through."""
+    out: list[types.CodeAction] = []
+    if kind_wanted(str(ACTION_KIND.value), only):
+        out.extend(_rewrite_actions(ls, doc.uri, target))
+    if not target.ready and target.snippet and kind_wanted(str(QUICKFIX_KIND.value), only):
+        what = target.snippet.split("(", 1)[0].replace("def ", "")
+        data = {
+            "uri": doc.uri,
+            "target": target.name,
+            "action": "insert",
+            "snippet": target.snippet,
         }
-    )
+        item = resolvable_action(
+            ls, f"Add {what}() template for `{target.name}`", QUICKFIX_KIND, data, None
+        )
+        if "edit" not in ls.state.client.resolve_properties:
+            item.edit = insertion_edit(doc, target.snippet, ls.encoding)
+        out.append(item)
+    return out
+
+
+def _rewrite_actions(ls: KernelAgentServer, uri: str, target: Target) -> list[types.CodeAction]:
+    """Show pending rewrite, Optimize (offline, and with the LLM when one is set), Profile."""
+    base = {"uri": uri, "target": target.name}
+
+    def action(title: str, **data: str) -> types.CodeAction:
+        full = {**base, **data}
+        return resolvable_action(ls, title, ACTION_KIND, full, command_for(full))
+
+    out: list[types.CodeAction] = []
+    rewrite = ls.state.pending.get((uri, target.name))
+    if rewrite is not None:
+        out.append(
+            action(f"Show pending rewrite of `{target.name}` ({rewrite.summary})", action="show")
+        )
+    item = action(f"Optimize {target.label} `{target.name}`", action="optimize", backend="offline")
+    if not target.ready and ls.state.client.disabled_actions:
+        item.disabled = types.CodeActionDisabled(reason=target.missing or "not ready")
+    out.append(item)
+    model = ls.state.settings.llm_model_label
+    if model and target.ready:
+        out.append(
+            action(f"Optimize `{target.name}` with `{model}`", action="optimize", backend="llm")
+        )
+    if target.ready:
+        out.append(action(f"Profile {target.label} `{target.name}`", action="profile"))
+    return out
 
 
 def register(ls: KernelAgentServer) -> None:
@@ -98,66 +133,7 @@ def register(ls: KernelAgentServer) -> None:
         if not hits:
             hit = target_at(targets, first)
             hits = [hit] if hit else []
-        settings = ls.state.settings
-        out: list[types.CodeAction] = []
-        rewrite_kind = str(ACTION_KIND.value)
-        for target in hits[:3]:
-            base = {"uri": uri, "target": target.name}
-            if (uri, target.name) in ls.state.pending and kind_wanted(rewrite_kind, only):
-                rewrite = ls.state.pending[(uri, target.name)]
-                data = {**base, "action": "show"}
-                out.append(
-                    resolvable_action(
-                        ls,
-                        f"Show pending rewrite of `{target.name}` ({rewrite.summary})",
-                        ACTION_KIND,
-                        data,
-                        command_for(data),
-                    )
-                )
-            if kind_wanted(rewrite_kind, only):
-                data = {**base, "action": "optimize", "backend": "offline"}
-                item = resolvable_action(
-                    ls,
-                    f"Optimize {target.label} `{target.name}`",
-                    ACTION_KIND,
-                    data,
-                    command_for(data),
-                )
-                if not target.ready and ls.state.client.disabled_actions:
-                    item.disabled = types.CodeActionDisabled(reason=target.missing or "not ready")
-                out.append(item)
-                if settings.llm_model_label and target.ready:
-                    data = {**base, "action": "optimize", "backend": "llm"}
-                    out.append(
-                        resolvable_action(
-                            ls,
-                            f"Optimize `{target.name}` with `{settings.llm_model_label}`",
-                            ACTION_KIND,
-                            data,
-                            command_for(data),
-                        )
-                    )
-                if target.ready:
-                    data = {**base, "action": "profile"}
-                    out.append(
-                        resolvable_action(
-                            ls,
-                            f"Profile {target.label} `{target.name}`",
-                            ACTION_KIND,
-                            data,
-                            command_for(data),
-                        )
-                    )
-            if not target.ready and target.snippet and kind_wanted(str(QUICKFIX_KIND.value), only):
-                what = target.snippet.split("(", 1)[0].replace("def ", "")
-                data = {**base, "action": "insert", "snippet": target.snippet}
-                item = resolvable_action(
-                    ls, f"Add {what}() template for `{target.name}`", QUICKFIX_KIND, data, None
-                )
-                if "edit" not in ls.state.client.resolve_properties:
-                    item.edit = insertion_edit(ls, doc, target.snippet)
-                out.append(item)
+        out = [a for t in hits[:3] for a in actions_for(ls, doc, t, only)]
         if not ls.state.client.action_literals:
             return [a.command for a in out if a.command is not None] or None
         return out or None
@@ -175,7 +151,7 @@ def register(ls: KernelAgentServer) -> None:
         if data.get("action") == "insert":
             doc = ls.docs.get(data["uri"])
             if doc is not None and isinstance(data.get("snippet"), str) and item.edit is None:
-                item.edit = insertion_edit(ls, doc, data["snippet"])
+                item.edit = insertion_edit(doc, data["snippet"], ls.encoding)
             return item
         if item.command is None:
             item.command = command_for(data)

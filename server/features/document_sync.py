@@ -1,6 +1,6 @@
 """Documents as the editor edits them: keep our copy and its profile findings in step with the
-client's text, profile on save when asked, and send diagnostics (pushed, or pulled by clients
-that support it)."""
+client's text, profile on save when asked, and push diagnostics (clients that pull them get
+`pull_diagnostics` instead)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from server.diagnostics import SOURCE, shift
-from server.features.guards import guarded
-from server.features.job_control import start_job
+from server.diagnostics import shift
+from server.running_jobs import start_job
 
 if TYPE_CHECKING:
-    from server.app import KernelAgentServer
+    from server.language_server import KernelAgentServer
 
 
 def register(ls: KernelAgentServer) -> None:
@@ -73,20 +72,3 @@ def register(ls: KernelAgentServer) -> None:
             ls.text_document_publish_diagnostics(
                 types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
             )
-
-
-def register_pull_diagnostics(ls: KernelAgentServer) -> None:
-    """textDocument/diagnostic, registered at initialize and only for a client that pulls;
-    every other client gets pushed diagnostics (`KernelAgentServer.publish`)."""
-
-    @ls.feature(
-        types.TEXT_DOCUMENT_DIAGNOSTIC,
-        types.DiagnosticOptions(
-            identifier=SOURCE, inter_file_dependencies=False, workspace_diagnostics=False
-        ),
-    )
-    @guarded(ls, "diagnostics")
-    async def pull_diagnostics(params: types.DocumentDiagnosticParams):
-        return types.RelatedFullDocumentDiagnosticReport(
-            items=ls.diagnostics(params.text_document.uri)
-        )

@@ -12,12 +12,12 @@ from lsprotocol import types
 from server import lenses as L
 from server.diagnostics import Finding, ProfileView
 from server.documents import Document
-from server.features.guards import guarded
-from server.features.locations import position
+from server.guards import guarded
 from server.hover import hot_line_markdown, lessons_for
+from server.locations import position
 
 if TYPE_CHECKING:
-    from server.app import KernelAgentServer
+    from server.language_server import KernelAgentServer
 
 
 async def hot_line_hover(

@@ -10,12 +10,11 @@ from lsprotocol import types
 
 from agents import __version__
 from server.client_features import ClientFeatures
-from server.features.document_sync import register_pull_diagnostics
 from server.jobs import JobManager
 from server.settings import SECTION, load
 
 if TYPE_CHECKING:
-    from server.app import KernelAgentServer
+    from server.language_server import KernelAgentServer
 
 
 def register(ls: KernelAgentServer) -> None:
@@ -28,11 +27,8 @@ def register(ls: KernelAgentServer) -> None:
         loaded = load(state.init_options, trust_keys=True)
         state.settings = loaded.settings
         ls.jobs = JobManager(max_concurrent=loaded.settings.max_jobs)
-        if (
-            state.client.pull_diagnostics
-            and types.TEXT_DOCUMENT_DIAGNOSTIC not in ls.protocol.fm.features
-        ):
-            register_pull_diagnostics(ls)
+        for hook in ls.initialize_hooks:  # features that depend on the client's capabilities
+            hook()
 
     @ls.feature(types.INITIALIZED)
     async def initialized(params: types.InitializedParams) -> None:

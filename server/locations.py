@@ -1,5 +1,5 @@
 """Where things are for the client: a line and index as an LSP position in the client's
-encoding, and the file behind a document URI."""
+encoding, the file behind a document URI, and a snippet appended at a document's end."""
 
 from __future__ import annotations
 
@@ -47,3 +47,21 @@ def read_disk(uri: str) -> str | None:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def insertion_edit(doc: Document, snippet: str, encoding: str) -> types.WorkspaceEdit:
+    """`snippet` appended at the end of `doc`, after the blank lines PEP 8 wants."""
+    last = len(doc.lines) - 1
+    text = doc.line(last)
+    prefix = "\n" * (3 if text.strip() else 2) if doc.text else ""
+    end = position(doc, last, len(text), encoding)
+    return types.WorkspaceEdit(
+        changes={
+            doc.uri: [
+                types.TextEdit(
+                    range=types.Range(start=end, end=end),
+                    new_text=prefix + snippet.rstrip("\n"),
+                )
+            ]
+        }
+    )

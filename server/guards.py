@@ -13,7 +13,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 if TYPE_CHECKING:
-    from server.app import KernelAgentServer
+    from server.language_server import KernelAgentServer
 
 
 def object_argument(args: tuple, *required: str) -> dict[str, Any]:
