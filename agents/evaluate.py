@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
 
@@ -35,6 +36,9 @@ from agents.verify.spares import Booting, SpareCandidates, candidate_key, link_c
 from agents.verify.static_check import check_candidate, uses_low_precision
 from agents.verify.verdict import EvalResult, Verdict
 from agents.verify.workers import WorkerSettings, WorkerStartFailed, say_hello, start_worker
+
+if TYPE_CHECKING:
+    from agents.verify.judge import JudgeRequest
 
 
 class EvalError(Exception):
@@ -96,6 +100,43 @@ def evaluate(
     reference's worker is taken warm from it when one is idle and given back after; with
     `spares`, the candidate's worker is a spare booted during an earlier evaluation when one
     is idle, and a spare for the next candidate boots during this one's build."""
+    refused = _static_verdict(reference, candidate, options)
+    if refused is not None:
+        return refused
+    seed = options.seed if options.seed is not None else secrets.randbelow(2**31 - 10_000)
+    gate = gate or DeviceGate(options.device)
+    started = time.monotonic()
+    phases = _Phases(getattr(gate, "paused_s", None) or (lambda: 0.0))
+    settings = WorkerSettings(
+        device=options.device,
+        threads=options.threads or default_threads(),
+        limits=options.limits,
+        jail=options.jail,
+        env_extra=dict(gate.env),
+        cancelled=(lambda: cancel is not None and cancel.is_set()),
+        paused_s=phases.paused_s,
+    )
+    workers = _Workers(reference, candidate, options, settings, keeper, spares)
+    findings, over_quota = workers.judge(seed, gate, phases, cancel)
+    # A caller that cancelled gets no verdict, even when a worker ended in the same instant.
+    _raise_if_cancelled(cancel)
+    return _final_verdict(
+        findings,
+        options,
+        over_quota=over_quota,
+        device=options.device,
+        seed=seed,
+        isolation=workers.candidate_peer.isolation,
+        elapsed_s=round(time.monotonic() - started, 3),
+        phase_s=phases.stop(),
+    )
+
+
+def _static_verdict(
+    reference: SourceFile, candidate: SourceFile, options: EvalOptions
+) -> EvalResult | None:
+    """What is decided without running anything: a bad request (EvalError), a candidate
+    that does not parse, or one the static checker rejects; None when it must be run."""
     if options.device not in DEVICES:
         raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
     if options.size not in SIZES:
@@ -112,128 +153,151 @@ def evaluate(
         outline_candidate(candidate)
     except TaskLoadError as error:
         return EvalResult(Verdict.COMPILE_ERROR, [str(error)], device=options.device)
-
-    findings = []
-    if options.static_check:
-        findings = check_candidate(
-            candidate.text, reference_is_fp32=not uses_low_precision(reference.text)
-        )
-    if findings:
-        return EvalResult(
-            Verdict.REJECTED,
-            [f"{candidate.label}:{f.line}: {f.message} [{f.rule}]" for f in findings],
-            device=options.device,
-            isolation="static check only: the candidate was never run",
-            static_findings=[
-                {"rule": f.rule, "line": f.line, "message": f.message} for f in findings
-            ],
-        )
-
-    from agents.verify.clock import ClockConfig  # torch: imported only when judging
-    from agents.verify.judge import Judge, JudgeRequest, ReferenceBroken
-
-    threads = options.threads or default_threads()
-    seed = options.seed if options.seed is not None else secrets.randbelow(2**31 - 10_000)
-    gate = gate or DeviceGate(options.device)
-    started = time.monotonic()
-    phases = _Phases(getattr(gate, "paused_s", None) or (lambda: 0.0))
-    settings = WorkerSettings(
-        device=options.device,
-        threads=threads,
-        limits=options.limits,
-        jail=options.jail,
-        env_extra=dict(gate.env),
-        cancelled=(lambda: cancel is not None and cancel.is_set()),
-        paused_s=phases.paused_s,
+    if not options.static_check:
+        return None
+    findings = check_candidate(
+        candidate.text, reference_is_fp32=not uses_low_precision(reference.text)
     )
-    source_hash = hashlib.sha256(candidate.text.encode()).hexdigest()[:16]
-    own_cache = cache_dir(options) / "build" / source_hash
-    key = reference_key(reference, settings, options.size)
-    spare_key = candidate_key(settings)
-    reference_peer = keeper.take(key, settings) if keeper is not None else None
-    # A spare serves only a source with no cache yet: its cache then takes the source's name.
-    candidate_peer = None
-    if spares is not None and not own_cache.exists():
-        candidate_peer = spares.take(spare_key, settings)
-    fresh: list[Peer] = []
-    booting: Booting | None = None
-    judged = False
-    try:
+    if not findings:
+        return None
+    return EvalResult(
+        Verdict.REJECTED,
+        [f"{candidate.label}:{f.line}: {f.message} [{f.rule}]" for f in findings],
+        device=options.device,
+        isolation="static check only: the candidate was never run",
+        static_findings=[{"rule": f.rule, "line": f.line, "message": f.message} for f in findings],
+    )
+
+
+class _Workers:
+    """The two sandboxed workers of one evaluation: taken warm from the keeper and the
+    spares when they have one, started otherwise, and given back or closed after."""
+
+    def __init__(
+        self,
+        reference: SourceFile,
+        candidate: SourceFile,
+        options: EvalOptions,
+        settings: WorkerSettings,
+        keeper: ReferenceKeeper | None,
+        spares: SpareCandidates | None,
+    ) -> None:
+        self.reference, self.candidate, self.options = reference, candidate, options
+        self.settings, self.keeper, self.spares = settings, keeper, spares
+        source_hash = hashlib.sha256(candidate.text.encode()).hexdigest()[:16]
+        self.own_cache = cache_dir(options) / "build" / source_hash
+        self.key = reference_key(reference, settings, options.size)
+        self.spare_key = candidate_key(settings)
+        self.reference_peer: Peer | None = None
+        self.candidate_peer: Peer | None = None
+        self.booting: Booting | None = None
+        self.judged = False
+
+    def judge(self, seed: int, gate, phases: _Phases, cancel: threading.Event | None):
+        """Start (or take) the workers, run the judge between them, and let them go: the
+        judge's findings and whether the candidate's cache outgrew its quota."""
+        from agents.verify.judge import Judge, ReferenceBroken  # torch: only when judging
+
         try:
-            if reference_peer is None:
-                reference_peer = (
+            self._start(gate)
+            judge = Judge(
+                _judge_request(self.reference, self.candidate, self.options, seed),
+                self.reference_peer,
+                self.candidate_peer,
+                phase=phases.switch,
+                # A spare still booting would share the machine with this timing: wait for it.
+                acquire=lambda: (
+                    (self.booting is None or self.booting.wait()) and gate.acquire(cancel)
+                ),
+                release=gate.release,
+            )
+            findings = judge.run()
+            self.judged = True
+            return findings, self.candidate_peer.launched.cache_over_quota()
+        except WorkerStartFailed as error:
+            _raise_if_cancelled(cancel)
+            raise EvalError(f"{error}; try --no-jail to compare") from None
+        except ReferenceBroken as error:
+            _raise_if_cancelled(cancel)
+            raise EvalError(clean_text(str(error))) from None
+        except Cancelled:
+            raise EvalCancelled("cancelled") from None
+        finally:
+            self._let_go()
+
+    def _start(self, gate) -> None:
+        keeper, spares, settings = self.keeper, self.spares, self.settings
+        self.reference_peer = keeper.take(self.key, settings) if keeper is not None else None
+        # A spare serves only a source with no cache yet: its cache then takes the source's name.
+        if spares is not None and not self.own_cache.exists():
+            self.candidate_peer = spares.take(self.spare_key, settings)
+        fresh: list[Peer] = []
+        try:
+            if self.reference_peer is None:
+                self.reference_peer = (
                     keeper.start(settings)
                     if keeper is not None
                     else start_worker("reference", settings, None)
                 )
-                fresh.append(reference_peer)
-            if candidate_peer is None:
-                candidate_peer = start_worker("candidate", settings, own_cache.resolve())
-                fresh.append(candidate_peer)
+                fresh.append(self.reference_peer)
+            if self.candidate_peer is None:
+                self.candidate_peer = start_worker("candidate", settings, self.own_cache.resolve())
+                fresh.append(self.candidate_peer)
             else:
-                link_cache(own_cache, candidate_peer)
+                link_cache(self.own_cache, self.candidate_peer)
         except JailUnavailable as error:
             raise EvalError(str(error)) from None
-        peers = [reference_peer, candidate_peer]
-        for peer in peers:
+        for peer in (self.reference_peer, self.candidate_peer):
             gate.started(peer.process.pid)
         # Fresh workers start their device and thread pools at once (CUDA start-up is seconds).
         if fresh:
             with ThreadPoolExecutor(len(fresh), thread_name_prefix="kernel-agent-hello") as pool:
                 list(pool.map(lambda peer: say_hello(peer, settings), fresh))
         if spares is not None:  # the next candidate's worker boots during this one's build
-            booting = spares.start(
-                settings, own_cache.parent, getattr(gate, "spare_started", gate.started)
+            self.booting = spares.start(
+                settings, self.own_cache.parent, getattr(gate, "spare_started", gate.started)
             )
-        request = JudgeRequest(
-            reference=reference,
-            candidate=candidate,
-            device=options.device,
-            size=options.size,
-            trials=options.trials,
-            seed=seed,
-            measure=options.measure,
-            clock=ClockConfig(
-                min_runs=options.timing_min_runs,
-                max_runs=options.timing_max_runs,
-                budget_s=options.timing_budget_s,
-                cuda_graph=options.cuda_graph,
-            ),
-            build_timeout_s=options.limits.build_timeout_s,
-            run_timeout_s=options.limits.run_timeout_s,
-        )
-        judge = Judge(
-            request,
-            peers[0],
-            peers[1],
-            phase=phases.switch,
-            # A spare still booting would share the machine with this timing: wait for it.
-            acquire=lambda: (booting is None or booting.wait()) and gate.acquire(cancel),
-            release=gate.release,
-        )
-        findings = judge.run()
-        judged = True
-        over_quota = peers[1].launched.cache_over_quota()
-    except WorkerStartFailed as error:
-        _raise_if_cancelled(cancel)
-        raise EvalError(f"{error}; try --no-jail to compare") from None
-    except ReferenceBroken as error:
-        _raise_if_cancelled(cancel)
-        raise EvalError(clean_text(str(error))) from None
-    except Cancelled:
-        raise EvalCancelled("cancelled") from None
-    finally:
-        if reference_peer is not None and keeper is not None and judged:
-            keeper.give(key, reference_peer)  # closed there unless every request was answered
-        elif reference_peer is not None:
-            reference_peer.close()
-        if candidate_peer is not None:
-            candidate_peer.close()
-        if booting is not None and spares is not None:
-            booting.settle(spares, spare_key, keep=judged)
-        sweep_caches(own_cache.parent)  # every source's cache: the root stays under its cap
-    # A caller that cancelled gets no verdict, even when a worker ended in the same instant.
-    _raise_if_cancelled(cancel)
+
+    def _let_go(self) -> None:
+        if self.reference_peer is not None and self.keeper is not None and self.judged:
+            self.keeper.give(self.key, self.reference_peer)  # closed there unless all answered
+        elif self.reference_peer is not None:
+            self.reference_peer.close()
+        if self.candidate_peer is not None:
+            self.candidate_peer.close()
+        if self.booting is not None and self.spares is not None:
+            self.booting.settle(self.spares, self.spare_key, keep=self.judged)
+        sweep_caches(self.own_cache.parent)  # every source's cache: the root stays under its cap
+
+
+def _judge_request(
+    reference: SourceFile, candidate: SourceFile, options: EvalOptions, seed: int
+) -> JudgeRequest:
+    from agents.verify.clock import ClockConfig
+    from agents.verify.judge import JudgeRequest
+
+    return JudgeRequest(
+        reference=reference,
+        candidate=candidate,
+        device=options.device,
+        size=options.size,
+        trials=options.trials,
+        seed=seed,
+        measure=options.measure,
+        clock=ClockConfig(
+            min_runs=options.timing_min_runs,
+            max_runs=options.timing_max_runs,
+            budget_s=options.timing_budget_s,
+            cuda_graph=options.cuda_graph,
+        ),
+        build_timeout_s=options.limits.build_timeout_s,
+        run_timeout_s=options.limits.run_timeout_s,
+    )
+
+
+def _final_verdict(findings, options: EvalOptions, *, over_quota: bool, **context) -> EvalResult:
+    """The judge's findings as the EvalResult, with the rules judged after the run: the
+    cache quota and, when asked, a state_dict that loads as it is."""
     if over_quota:
         findings.verdict = Verdict.REJECTED
         findings.reasons.append(
@@ -241,14 +305,7 @@ def evaluate(
             f"({options.limits.cache_bytes / 1024**3:g} GiB or "
             f"{options.limits.cache_files:,} files); the cache was emptied"
         )
-    result = EvalResult(
-        **{f.name: getattr(findings, f.name) for f in fields(findings)},
-        device=options.device,
-        seed=seed,
-        isolation=candidate_peer.isolation,
-        elapsed_s=round(time.monotonic() - started, 3),
-        phase_s=phases.stop(),
-    )
+    result = EvalResult(**{f.name: getattr(findings, f.name) for f in fields(findings)}, **context)
     result.reasons = [clean_text(reason) for reason in result.reasons]
     result.timing_notes = [clean_text(note) for note in result.timing_notes]
     if result.correct and options.require_state_dict and not result.state_dict_compatible:

@@ -40,6 +40,13 @@ def add_bench_parser(commands) -> None:
         default="bench/problems",
         help="a problem, a folder of problems or a KernelBench checkout (default: %(default)s)",
     )
+    _add_timing_arguments(bench)
+    _add_report_arguments(bench)
+    _add_optimize_arguments(bench)
+
+
+def _add_timing_arguments(bench: argparse.ArgumentParser) -> None:
+    """Which problems run where, and how each is judged."""
     bench.add_argument(
         "--device", choices=DEVICES, default="cpu", help="where to run and time (default: cpu)"
     )
@@ -69,6 +76,16 @@ def add_bench_parser(commands) -> None:
         help="timing time per problem before the medians must be stable "
         f"(default: {EVAL_TIMING_BUDGET_S:g})",
     )
+    bench.add_argument(
+        "--no-jail",
+        dest="jail",
+        action="store_false",
+        help="run candidates without the bubblewrap jail (only for code you trust)",
+    )
+
+
+def _add_report_arguments(bench: argparse.ArgumentParser) -> None:
+    """What is printed and saved, and a saved run to resume or render."""
     bench.add_argument("--json", action="store_true", help="print the report as one JSON object")
     bench.add_argument(
         "--markdown", action="store_true", help="print a Markdown table for bench/RESULTS.md"
@@ -91,12 +108,10 @@ def add_bench_parser(commands) -> None:
         "names another file): problems with a result are kept, the rest (errors too) run",
     )
     bench.add_argument("--plot", type=Path, default=None, help="draw speedups to a PNG")
-    bench.add_argument(
-        "--no-jail",
-        dest="jail",
-        action="store_false",
-        help="run candidates without the bubblewrap jail (only for code you trust)",
-    )
+
+
+def _add_optimize_arguments(bench: argparse.ArgumentParser) -> None:
+    """`--optimize`: the offline search on every problem, and its budget."""
     bench.add_argument(
         "--optimize",
         action="store_true",
