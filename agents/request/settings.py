@@ -154,7 +154,8 @@ class LLMSettings(RoleSettings):
     def for_every_role(self, **changes: Any) -> LLMSettings:
         """These settings with `changes` (backend, model, base_url) applied to every role,
         as the command line's --backend, --model and --base-url are applied over a config
-        file: a role switched to another backend drops its old backend's model and URL."""
+        file: a role switched from another backend drops that backend's model and URL (a
+        file that names no backend has chosen none, so its model goes with the flag's)."""
         changes = {k: v for k, v in changes.items() if v is not None}
         if not changes:
             return self
@@ -162,11 +163,11 @@ class LLMSettings(RoleSettings):
         for role, own in self.roles.items():
             dropped = dict.fromkeys(changes, None)
             new = changes.get("backend")
-            if new is not None and (own.backend or self.backend or "offline") != new:
+            if new is not None and (own.backend or self.backend) not in (None, new):
                 dropped.update(dict.fromkeys(_BACKEND_BOUND, None))
             roles[role] = replace(own, **dropped)
         top = dict(changes)
         new = changes.get("backend")
-        if new is not None and (self.backend or "offline") != new:
+        if new is not None and self.backend not in (None, new):
             top = {**dict.fromkeys(_BACKEND_BOUND, None), **top}
         return replace(self, roles=roles, **top)
