@@ -176,6 +176,7 @@ def _assemble(
     if store is not None:
         memory = SearchMemory(experiences=ExperienceStore(store), logbook=Logbook(store))
     meter = CostMeter()
+    models: list[ChatModel] = []
     try:
         roles, models = build_roles(
             request.llm,
@@ -189,6 +190,7 @@ def _assemble(
         if pool is None:  # last: a local Ray is started only for a search that runs
             pool = _open_pool(request)
     except BaseException:
+        _close_now(models)
         if store is not None:
             store.close()
         raise
@@ -213,11 +215,28 @@ def _check_priced(models: list[ChatModel]) -> None:
     one rather than let the cap silently count it as free."""
     for model in models:
         if getattr(model, "priced", True) is False:
-            asyncio.run(model.aclose())
             name = model.label.split(":", 1)[-1]
             raise RequestError(
                 f"--max-cost cannot be held: {unpriced_note(name)}, or cap --max-tokens instead"
             )
+
+
+def _close_now(models: list[ChatModel]) -> None:
+    """Close chat models that never ran (a search refused before it started), from a plain
+    caller (the CLI) or from inside an event loop (the server's worker) alike."""
+
+    async def close_all() -> None:
+        for model in models:
+            await model.aclose()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop here: run one
+        asyncio.run(close_all())
+        return
+    closer = threading.Thread(target=asyncio.run, args=(close_all(),), name="close-models")
+    closer.start()
+    closer.join()
 
 
 def pool_settings(evaluation: EvaluationSettings) -> PoolSettings:
