@@ -62,7 +62,7 @@ from agents.sandbox.peer import Peer
 from agents.sandbox.wire import Frame
 from agents.verify import devflush, hidden_work, stability
 from agents.verify.openings import Opening, OpeningPolicy, Openings
-from agents.verify.stability import read_pressure
+from agents.verify.stability import PressureReading, read_pressure
 from agents.verify.timing import (
     PairTiming,
     Sample,
@@ -199,34 +199,38 @@ class OutsideClock:
             self.cand.resume()
 
     def _measure(self, config: ClockConfig) -> PairTiming:
+        method = self._get_ready(config)
+        record = _Record(calls=self.calls)
+        pressure = read_pressure(time.monotonic())
+        self._sample(record, config, pressure)
+        if self._prepare_excess(record):  # a suspicion is confirmed on as many runs again
+            for _ in range(max(len(record.ref), config.min_runs)):
+                self._iteration(record, len(record.ref), check=False)
+            problem = self._prepare_excess(record)
+            if problem:
+                raise TimingRefused(problem)
+        self._check_canary(record)
+        ref_s, cand_s = self._net_times(record)
+        return self._pair_timing(ref_s, cand_s, config, pressure, method)
+
+    def _get_ready(self, config: ClockConfig) -> str:
+        """Capture a CUDA graph where asked, warm up, choose K; the method line saying how."""
         method = f"{self.device}: timed from outside both processes, interleaved, fresh inputs"
         replay = ""
         if config.cuda_graph and self.device == "cuda":
             replay = self._capture()
         method += replay
         self._warm_up(batched=not replay)  # a captured graph replays one call a request
-        method += f", {self.calls} {'call' if self.calls == 1 else 'calls'} per timed request"
-        record = _Record(calls=self.calls)
-        pressure = read_pressure(time.monotonic())
+        return method + f", {self.calls} {'call' if self.calls == 1 else 'calls'} per timed request"
+
+    def _sample(
+        self, record: _Record, config: ClockConfig, pressure: PressureReading | None
+    ) -> None:
+        """Timed runs until both medians are stable or the budget is spent; a run that cannot
+        be trusted (`stability.assess`) is measured again, as long again, once."""
         reverified = False
-        for attempt in range(2):  # a run that cannot be trusted is measured again, as long
-            started = time.monotonic()
-            while len(record.ref) < config.max_runs * (attempt + 1):
-                index = len(record.ref)
-                check = index == 0  # the rest: agents/verify/openings.py, at random
-                self._iteration(record, index, check=check)
-                if len(record.ref) < config.min_runs * (attempt + 1):
-                    continue
-                ref_times, cand_times = record.net()
-                ratio = statistics.median(ref_times) / statistics.median(cand_times)
-                if not reverified and ratio > config.reverify_above:
-                    reverified = True
-                    self._iteration(_Record(calls=self.calls), index, check=True)
-                stable = median_is_stable(ref_times, config.rel_precision) and median_is_stable(
-                    cand_times, config.rel_precision
-                )
-                if stable or time.monotonic() - started > config.budget_s:
-                    break
+        for attempt in range(2):
+            reverified = self._runs(record, config, attempt, reverified)
             ref_times, cand_times = record.net(
                 floor=1e-9 if record.resolved() else record.resolution()
             )
@@ -238,32 +242,59 @@ class OutsideClock:
                 stability.stall_share(pressure, read_pressure(time.monotonic())),
             )
             if first.stable or attempt:
-                break
+                return
             self.notes.append(f"measured again, as long again: {first.reason}")
-        if self._prepare_excess(record):  # a suspicion is confirmed on as many runs again
-            for _ in range(max(len(record.ref), config.min_runs)):
-                self._iteration(record, len(record.ref), check=False)
-            problem = self._prepare_excess(record)
-            if problem:
-                raise TimingRefused(problem)
-        self._check_canary(record)
+
+    def _runs(self, record: _Record, config: ClockConfig, attempt: int, reverified: bool) -> bool:
+        """One attempt's timed runs; a ratio over `reverify_above` has the candidate verified
+        in full once. Returns whether that re-verification has been done."""
+        started = time.monotonic()
+        while len(record.ref) < config.max_runs * (attempt + 1):
+            index = len(record.ref)
+            check = index == 0  # the rest: agents/verify/openings.py, at random
+            self._iteration(record, index, check=check)
+            if len(record.ref) < config.min_runs * (attempt + 1):
+                continue
+            ref_times, cand_times = record.net()
+            ratio = statistics.median(ref_times) / statistics.median(cand_times)
+            if not reverified and ratio > config.reverify_above:
+                reverified = True
+                self._iteration(_Record(calls=self.calls), index, check=True)
+            stable = median_is_stable(ref_times, config.rel_precision) and median_is_stable(
+                cand_times, config.rel_precision
+            )
+            if stable or time.monotonic() - started > config.budget_s:
+                break
+        return reverified
+
+    def _net_times(self, record: _Record) -> tuple[list[float], list[float]]:
+        """Each side's seconds a call, the overhead subtracted, with a note saying how."""
         extra_us = statistics.median(record.overhead) * 1e6
         if record.resolved():
             self.notes.append(
                 f"subtracted from each timed request of {self.calls}: {extra_us:.0f} us "
                 "(round trip and checksums, measured on the reference)"
             )
-            ref_s, cand_s = record.net()
-        else:
-            # A call shorter than the jitter of the requests around it, over their K calls,
-            # cannot be told apart from that jitter: it is counted at that resolution, which
-            # pulls the ratio towards 1 (a speedup understated, never overstated).
-            self.notes.append(
-                "a call took less than the jitter of the requests around it over their "
-                f"{self.calls} calls ({record.resolution() * 1e6:.2f} us): such a call is "
-                "counted at that resolution, so the speedup is understated"
-            )
-            ref_s, cand_s = record.net(floor=record.resolution())
+            return record.net()
+        # A call shorter than the jitter of the requests around it, over their K calls,
+        # cannot be told apart from that jitter: it is counted at that resolution, which
+        # pulls the ratio towards 1 (a speedup understated, never overstated).
+        self.notes.append(
+            "a call took less than the jitter of the requests around it over their "
+            f"{self.calls} calls ({record.resolution() * 1e6:.2f} us): such a call is "
+            "counted at that resolution, so the speedup is understated"
+        )
+        return record.net(floor=record.resolution())
+
+    def _pair_timing(
+        self,
+        ref_s: list[float],
+        cand_s: list[float],
+        config: ClockConfig,
+        pressure: PressureReading | None,
+        method: str,
+    ) -> PairTiming:
+        """The samples in milliseconds, the speedup with its interval, and its stability."""
         ref_ms, cand_ms = ([t * 1e3 for t in side] for side in (ref_s, cand_s))
         ref_sample, cand_sample = Sample.of(ref_ms), Sample.of(cand_ms)
         speedup = ref_sample.median_ms / cand_sample.median_ms if cand_sample.median_ms else 0.0
