@@ -300,80 +300,91 @@ def _parse_skill(file: str, index: int, table: dict[str, Any]) -> Skill:
     for key in _REQUIRED:
         if key not in table:
             raise fail(key, "required field is missing")
-
-    def text(field: str, one_line: bool = False) -> str:
-        value = table[field]
-        if not isinstance(value, str):
-            raise fail(field, f"must be a string, got {_type(value)}")
-        if not value.strip():
-            raise fail(field, "must not be empty")
-        if one_line and "\n" in value.strip():
-            raise fail(field, "must be one line")
-        return value.strip()
-
-    def texts(field: str) -> tuple[str, ...]:
-        value = table[field]
-        if not isinstance(value, list):
-            raise fail(field, f"must be a list of strings, got {_type(value)}")
-        for item in value:
-            if not isinstance(item, str) or not item.strip():
-                raise fail(field, f"items must be non-empty strings, got {item!r}")
-        return tuple(item.strip() for item in value)
-
-    skill_id = text("id")
+    skill_id = _text(fail, table, "id")
     if not _ID.fullmatch(skill_id):
         raise fail("id", f"{skill_id!r} must be lowercase letters, digits and '-'")
-    targets = texts("targets")
+    targets = _texts(fail, table, "targets")
     if not targets:
         raise fail("targets", "must name at least one target")
     _check_allowed(fail, "targets", "target", targets, TARGETS)
-
-    gain = table["gain_estimate"]
-    if isinstance(gain, bool) or not isinstance(gain, int | float):
-        raise fail("gain_estimate", f"must be a number, got {_type(gain)}")
-    if not math.isfinite(gain) or gain <= 0:
-        raise fail("gain_estimate", f"must be a finite number > 0, got {gain}")
-
+    gain = _gain_estimate(fail, table["gain_estimate"])
     offline_pass = table.get("offline_pass")
     if offline_pass is not None:
         if not isinstance(offline_pass, str):
             raise fail("offline_pass", f"must be a string, got {_type(offline_pass)}")
         _check_allowed(fail, "offline_pass", "pass", (offline_pass,), OFFLINE_PASSES)
-
     trigger = _parse_trigger(fail, "trigger", table.get("trigger", {}))
-    forbid_when = None
-    if "forbid_when" in table:
-        forbid_when = _parse_trigger(fail, "forbid_when", table["forbid_when"])
-        if not forbid_when.present():
-            # An empty table would hold always and forbid the skill everywhere.
-            raise fail("forbid_when", "must set at least one key (or be left out)")
-    offer_when = None
-    if "offer_when" in table:
-        offer_when = _parse_trigger(fail, "offer_when", table["offer_when"])
-        if not offer_when.present():
-            raise fail("offer_when", "must set at least one key (or be left out)")
-        for key in offer_when.present():
-            if key not in OFFER_KEYS:
-                raise fail(
-                    f"offer_when.{key}",
-                    f"tests the profile; offer_when may test only {', '.join(OFFER_KEYS)}",
-                )
-
+    forbid_when, offer_when = _forbid_when(fail, table), _offer_when(fail, table)
     return Skill(
         id=skill_id,
-        title=text("title", one_line=True),
+        title=_text(fail, table, "title", one_line=True),
         targets=targets,
-        strategy=text("strategy"),
-        pitfalls=texts("pitfalls"),
-        forbidden_patterns=texts("forbidden_patterns"),
-        expected_gain=text("expected_gain"),
-        gain_estimate=float(gain),
+        strategy=_text(fail, table, "strategy"),
+        pitfalls=_texts(fail, table, "pitfalls"),
+        forbidden_patterns=_texts(fail, table, "forbidden_patterns"),
+        expected_gain=_text(fail, table, "expected_gain"),
+        gain_estimate=gain,
         offline_pass=offline_pass,
         trigger=trigger,
         forbid_when=forbid_when,
         source=file,
         offer_when=offer_when,
     )
+
+
+def _text(fail: _Fail, table: dict[str, Any], field: str, one_line: bool = False) -> str:
+    value = table[field]
+    if not isinstance(value, str):
+        raise fail(field, f"must be a string, got {_type(value)}")
+    if not value.strip():
+        raise fail(field, "must not be empty")
+    if one_line and "\n" in value.strip():
+        raise fail(field, "must be one line")
+    return value.strip()
+
+
+def _texts(fail: _Fail, table: dict[str, Any], field: str) -> tuple[str, ...]:
+    value = table[field]
+    if not isinstance(value, list):
+        raise fail(field, f"must be a list of strings, got {_type(value)}")
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise fail(field, f"items must be non-empty strings, got {item!r}")
+    return tuple(item.strip() for item in value)
+
+
+def _gain_estimate(fail: _Fail, gain: Any) -> float:
+    if isinstance(gain, bool) or not isinstance(gain, int | float):
+        raise fail("gain_estimate", f"must be a number, got {_type(gain)}")
+    if not math.isfinite(gain) or gain <= 0:
+        raise fail("gain_estimate", f"must be a finite number > 0, got {gain}")
+    return float(gain)
+
+
+def _forbid_when(fail: _Fail, table: dict[str, Any]) -> Trigger | None:
+    if "forbid_when" not in table:
+        return None
+    forbid_when = _parse_trigger(fail, "forbid_when", table["forbid_when"])
+    if not forbid_when.present():
+        # An empty table would hold always and forbid the skill everywhere.
+        raise fail("forbid_when", "must set at least one key (or be left out)")
+    return forbid_when
+
+
+def _offer_when(fail: _Fail, table: dict[str, Any]) -> Trigger | None:
+    """Conditions under which no profile may hide the skill: on the source and device only."""
+    if "offer_when" not in table:
+        return None
+    offer_when = _parse_trigger(fail, "offer_when", table["offer_when"])
+    if not offer_when.present():
+        raise fail("offer_when", "must set at least one key (or be left out)")
+    for key in offer_when.present():
+        if key not in OFFER_KEYS:
+            raise fail(
+                f"offer_when.{key}",
+                f"tests the profile; offer_when may test only {', '.join(OFFER_KEYS)}",
+            )
+    return offer_when
 
 
 def _parse_trigger(fail: _Fail, section: str, value: Any) -> Trigger:
