@@ -27,7 +27,7 @@ from agents.request.defaults import DEVICES
 from agents.request.requests import OptimizeRequest
 from agents.request.settings import RequestError
 from agents.request.table import BY_PATH, read_config, with_values
-from agents.request.target import load_target
+from agents.targets.load import load_target, split_spec
 from agents.task import SIZES
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -41,7 +41,12 @@ def add_optimize_parser(commands: Any) -> None:
         description="Profile FILE's Model, plan and write rewrites with the chosen backend, "
         "verify and time each in the sandbox, and write the fastest verified one.",
     )
-    opt.add_argument("file", metavar="FILE.py", help="a KernelBench-format problem (Model)")
+    opt.add_argument(
+        "file",
+        metavar="FILE.py[::NAME]",
+        help="a KernelBench-format problem (its Model), or NAME in FILE.py: a Triton "
+        "launcher, a plain function, a function calling a CUDA extension, a module class",
+    )
     _add_llm_arguments(opt)
     _add_search_arguments(opt)
     _add_budget_arguments(opt)
@@ -285,7 +290,7 @@ def _run(args: argparse.Namespace) -> int:
     from agents.search.result import plot_trajectory
 
     request = optimize_request(args).resolved()
-    path = Path(args.file)
+    path, _ = split_spec(args.file)
     _check_writable(args, path)
     err = make_console(stderr=True, quiet=args.quiet)
     view = ProgressView(err, request.search.iterations, request.budget.max_evals)
@@ -313,7 +318,8 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    output = write_output(result, path, args.output)
+    written = write_output(result, path, args.output, request.target)
+    output = written[0] if written else None
     if args.trajectory:
         result.write_trajectory(args.trajectory)
     if args.plot:
@@ -323,7 +329,7 @@ def _run(args: argparse.Namespace) -> int:
         data["output"] = str(output) if output else None
         print(json.dumps(data))
     else:
-        report(result, output, request.target.problem, make_console())
+        report(result, written, request.target, make_console())
     failed = not result.improved and result.evaluations == 0 and "failed" in result.stopped_because
     return EXIT_FAILED if failed else EXIT_DONE
 

@@ -1,5 +1,9 @@
 """What `kernel-agent optimize` prints and writes after a search: the verified kernel to a
-file (never over the user's own), the diff, every candidate's fate and the cost."""
+file (never over the user's own), the diff, every candidate's fate and the cost.
+
+For FILE.py the file is the search's module (`ModelNew`); for FILE.py::NAME it is FILE.py
+with the rewrite added alongside NAME, as the editor's Accept adds it
+(agents/targets/write_back.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +15,17 @@ from rich.markup import escape
 
 from agents.display import format_ms, plural
 from agents.request.settings import RequestError
+from agents.request.target import Target
 from agents.search.fates_table import fates_table, fates_title
 from agents.search.result import SearchResult
-from agents.task import SourceFile
+from agents.targets.write_back import FileRewrite, rewritten_file
 
 
-def write_output(result: SearchResult, source: Path, wanted: Path | None) -> Path | None:
-    """Write the verified kernel; never over the user's own file."""
+def write_output(
+    result: SearchResult, source: Path, wanted: Path | None, request_target: Target
+) -> tuple[Path, FileRewrite] | None:
+    """Write the verified kernel (and say what it is called there); never over the user's
+    own file."""
     if result.source is None:
         return None
     target = wanted or source.with_name(f"{source.stem}_optimized.py")
@@ -28,11 +36,12 @@ def write_output(result: SearchResult, source: Path, wanted: Path | None) -> Pat
         f"# Verified by kernel-agent: {result.speedup:.2f}x over {source.name} on "
         f"{result.device} ({', '.join(result.methods) or 'rewrite'}).\n"
     )
-    body = result.source
+    written = rewritten_file(request_target, result)
+    body = written.text
     if body.lstrip().startswith("# Verified by kernel-agent"):
         header = ""
     target.write_text(header + body, encoding="utf-8")
-    return target
+    return target, written
 
 
 def speedup_basis(result: SearchResult) -> str:
@@ -54,8 +63,14 @@ def speedup_basis(result: SearchResult) -> str:
     return line
 
 
-def report(result: SearchResult, output: Path | None, ref: SourceFile, out: Console) -> None:
-    if result.improved and result.source is not None:
+def report(
+    result: SearchResult,
+    written: tuple[Path, FileRewrite] | None,
+    request_target: Target,
+    out: Console,
+) -> None:
+    if result.improved and written is not None:
+        output, rewrite = written
         ci = (
             f" (95% CI {result.speedup_ci[0]:.2f}-{result.speedup_ci[1]:.2f})"
             if result.speedup_ci
@@ -67,14 +82,21 @@ def report(result: SearchResult, output: Path | None, ref: SourceFile, out: Cons
         )
         out.print(speedup_basis(result), markup=False, highlight=False)
         diff = difflib.unified_diff(
-            ref.text.splitlines(),
-            result.source.splitlines(),
-            fromfile=ref.label,
+            (request_target.original or request_target.problem.text).splitlines(),
+            rewrite.text.splitlines(),
+            fromfile=request_target.problem.label,
             tofile=str(output),
             lineterm="",
         )
         out.print("\n".join(list(diff)[:80]), markup=False, highlight=False)
         out.print(f"written to {output}")
+        if request_target.synthesized and rewrite.call != "ModelNew":
+            out.print(
+                f"call {rewrite.call}(...) from it in place of {request_target.name}(...)",
+                markup=False,
+            )
+        if rewrite.note:
+            out.print(f"note: {rewrite.note}", markup=False)
     else:
         out.print("no improvement: no verified kernel was faster than the original")
     if result.candidates:

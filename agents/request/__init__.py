@@ -2,7 +2,7 @@
 
 - settings.py: the groups of an `OptimizeRequest` (search, budget, evaluation, llm, memory);
 - requests.py: `OptimizeRequest`, `EvaluateRequest`, `ProfileRequest`;
-- target.py: `Target`, what is optimised, and `load_target` for a whole file;
+- target.py: `Target`, what is optimised (agents/targets/load.py finds it in a file);
 - table.py: every setting's field path, CLI flag, editor key and config key;
 - defaults.py: every default (search shapes, timing budgets, devices);
 - wire.py: requests to JSON and back, checked, for the worker process;

@@ -2,16 +2,16 @@
 
 An editor target (a Triton launcher, a plain function, a CUDA extension) is optimised as a
 problem synthesised around it; `original` keeps the text it came from, so the result can be
-written back into that file rather than into the synthesised one.
+written back into that file rather than into the synthesised one. A target named on the
+command line (`FILE.py` or `FILE.py::NAME`) is loaded by agents/targets/load.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from agents.request.settings import RequestError
-from agents.task import SourceFile, TaskLoadError, outline_problem
+from agents.task import SourceFile
 
 TARGET_KINDS = ("module", "function", "triton", "cuda")
 
@@ -36,19 +36,3 @@ class Target:
     @property
     def synthesized(self) -> bool:
         return self.original is not None and self.original != self.problem.text
-
-
-def load_target(path: str | Path) -> Target:
-    """A whole file as the problem (kind "module"), checked for a Model without running it;
-    RequestError in one line for a file that cannot be read or is not a problem."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise RequestError(f"cannot read {file}: {error}") from None
-    problem = SourceFile(text, str(file))
-    try:
-        outline_problem(problem)
-    except TaskLoadError as error:
-        raise RequestError(str(error)) from None
-    return Target(problem=problem, name=file.stem)

@@ -75,6 +75,7 @@ class AcceptPlan:
     new_name: str  # what the rewrite is called in the file
     note: str = ""  # why the mode differs from the setting, if it does
     renamed: dict[str, str] = field(default_factory=dict)
+    call_name: str = ""  # what a caller uses: `new_name`, or a function target's wrapper
 
 
 def effective_mode(rewrite: Rewrite, mode: str) -> tuple[str, str]:
@@ -143,7 +144,10 @@ def build_accept(text: str, rewrite: Rewrite, mode: str) -> AcceptPlan:
         )
     blocks = [*helper_texts, header + "\n" + class_text]
     if target.kind != "module":
-        blocks.append(_function_wrapper(text, target, new_name, rewrite, taken))
+        wrapper, call_name = _function_wrapper(text, target, new_name, rewrite, taken)
+        blocks.append(wrapper)
+    else:
+        call_name = new_name
     body = "\n\n\n".join(block.strip("\n") for block in blocks) + "\n"
     lines = text.split("\n")
     changes: list[TextChange] = []
@@ -174,7 +178,7 @@ def build_accept(text: str, rewrite: Rewrite, mode: str) -> AcceptPlan:
             )
         )
     renamed = {k: v for k, v in renames.items() if k != "ModelNew"}
-    return AcceptPlan(changes, mode, new_name, note, renamed)
+    return AcceptPlan(changes, mode, new_name, note, renamed, call_name)
 
 
 def apply_changes(text: str, changes: list[TextChange]) -> str:
@@ -452,8 +456,9 @@ def _import_change(doc: _Module, lines: list[str], imports: list[str]) -> TextCh
 
 def _function_wrapper(
     text: str, target: Target, class_name: str, rewrite: Rewrite, taken: set[str]
-) -> str:
-    """`<name>_optimized(...)`: the target's own signature, running the verified ModelNew."""
+) -> tuple[str, str]:
+    """`<name>_optimized(...)`: the target's own signature, running the verified ModelNew
+    (its text, and its name)."""
     header = text.encode("utf-8")[target.start_byte : target.end_byte].decode("utf-8", "replace")
     params, call = _signature(header, rewrite.target)
     name = _fresh(f"{rewrite.target}_optimized", taken)
@@ -470,7 +475,7 @@ def _function_wrapper(
         f"    if {instance} is None:\n"
         f"        {instance} = {class_name}()\n"
         f"    return {instance}({call})\n"
-    )
+    ), name
 
 
 def _signature(definition: str, name: str) -> tuple[str, str]:

@@ -15,15 +15,14 @@ from tree_sitter import Node
 
 from agents.targets.cuda import global_functions
 from agents.targets.hints import Hint, forward_methods, function_hints
-from agents.targets.model import TRITON_DECORATORS
 from agents.targets.syntax import (
     assignment,
     call_name,
-    decorators,
     def_name,
     definition,
     descendants,
     is_load_inline,
+    is_triton_kernel,
     method,
     node_text,
     parameters,
@@ -88,7 +87,7 @@ def facts_of(node: Node) -> Facts:
     inner = definition(node)
     base = node.start_point.row
     facts = Facts(inner.type, end_row=node.end_point.row - base)
-    facts.is_triton = any(_is_triton(d) for d in decorators(node))
+    facts.is_triton = is_triton_kernel(node)
     if inner.type in ("class_definition", "function_definition"):
         facts.name = def_name(inner)
         facts.name_row = inner.start_point.row - base
@@ -118,13 +117,6 @@ def facts_of(node: Node) -> Facts:
             if is_load_inline(right):
                 facts.load_inline = _cuda_items(right, base)
     return facts
-
-
-def _is_triton(decorator: str) -> bool:
-    head = decorator.split("(")[0].strip()
-    return head.split(".")[-1] in TRITON_DECORATORS and (
-        head.startswith("triton.") or head in TRITON_DECORATORS
-    )
 
 
 def _read_calls(node: Node, facts: Facts) -> None:

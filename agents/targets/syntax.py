@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import tree_sitter_python
 from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
+from agents.targets.model import TRITON_DECORATORS
+
 PY_LANGUAGE = Language(tree_sitter_python.language())
 
 
@@ -103,6 +105,17 @@ def decorators(node: Node) -> list[str]:
     if node.type != "decorated_definition":
         return []
     return [node_text(c).lstrip("@").strip() for c in node.children if c.type == "decorator"]
+
+
+def is_triton_kernel(node: Node) -> bool:
+    """Whether a (decorated) definition is a Triton kernel: launched, never called."""
+    for decorator in decorators(node):
+        head = decorator.split("(")[0].strip()
+        if head.split(".")[-1] in TRITON_DECORATORS and (
+            head.startswith("triton.") or head in TRITON_DECORATORS
+        ):
+            return True
+    return False
 
 
 def def_name(node: Node) -> str:

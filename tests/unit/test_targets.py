@@ -1,4 +1,4 @@
-"""Targets and static hints, found from the syntax tree alone (server/targets.py, hints.py)."""
+"""Targets and static hints, found from the syntax tree alone (agents/targets/find.py, hints.py)."""
 
 from __future__ import annotations
 
