@@ -34,24 +34,31 @@ demo: setup
 	$(BIN)/kernel-agent optimize examples/gemm_divide_sum_scale.py --max-time 100 \
 	  --memory .demo/memory.sqlite3 --output .demo/gemm_divide_sum_scale_optimized.py
 
-# Every test that guards correctness or security, in two processes (pytest-xdist); the tests
-# that look at every process on the machine or bound a measured time to a few percent (marked
-# serial) run after, alone. The long runs (whole suites end to end, full fuzzers, throughput)
-# are test-all's.
+# The three tiers: tests/unit (in-process, fast), tests/integration (the CLI as a subprocess,
+# the sandbox, the pool, Ray) and tests/e2e (the language server over stdio, Neovim).
+TIERS := tests/unit tests/integration tests/e2e
+
+# Every test that guards correctness or security, in all three tiers, in two processes
+# (pytest-xdist); the tests that look at every process on the machine or bound a measured time
+# to a few percent (marked serial) run after, alone. The long runs (whole suites end to end,
+# full fuzzers, throughput) are test-all's.
 test: setup
-	$(BIN)/python -m pytest -q -n 2 -m "not long and not serial" --durations=10
-	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not long"
+	$(BIN)/python -m pytest -q -n 2 -m "not long and not serial" --durations=10 $(TIERS)
+	$(BIN)/python -m pytest -q -p no:xdist -m "serial and not long" $(TIERS)
 
 # Everything: make test's tests, the long runs, then bench/gpu_checks.sh's CPU-runnable parts
 # at tiny sizes. Run it before changing what the long runs cover (the optimizer end to end,
 # the e-graph's rules, the evaluation pool, the benchmarks).
 test-all: setup
-	$(BIN)/python -m pytest -q -n 2 -m "not serial"
-	$(BIN)/python -m pytest -q -p no:xdist -m "serial"
+	$(BIN)/python -m pytest -q -n 2 -m "not serial" $(TIERS)
+	$(BIN)/python -m pytest -q -p no:xdist -m "serial" $(TIERS)
 	out=$$(mktemp -d) && PYTHON=$(CURDIR)/$(BIN)/python bash bench/gpu_checks.sh all --device cpu --out $$out
 
+# Before a commit: tests/unit whole, plus a handful of integration and e2e tests marked smoke
+# (the CLI, the sandbox and jail, the pool, the scripted search, the language server), under
+# 2 minutes on an idle 2-core machine. make test still runs everything before a push.
 test-fast: setup
-	$(BIN)/python -m pytest -q -n 2 -m "not slow and not long and not serial"
+	$(BIN)/python -m pytest -q -n 2 -m "(unit or smoke) and not slow and not long and not serial" $(TIERS)
 
 bench: setup
 	$(BIN)/kernel-agent bench bench/problems --out bench/results-cpu.json --plot bench/speedups-cpu.png

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing.process
 import os
 import signal
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -60,6 +62,38 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             log.flush()
 
 
+# The integration and e2e tests that `make test-fast` runs beside tests/unit: one quick check
+# per subsystem a unit test cannot reach. Named here, not by decorators, so that the list reads
+# in one place; tests/unit/test_tiers.py checks that every name still exists.
+SMOKE = (
+    "integration/test_cli.py::test_correct_candidate_exits_zero_with_json_fields",
+    "integration/test_cli.py::test_cheat_exits_one_with_reasons",
+    "integration/test_sandbox.py::test_candidate_cannot_read_a_credential",
+    "integration/test_sandbox.py::test_parent_survives_a_child_that_kills_its_own_process_group",
+    "integration/test_evalpool.py::test_killed_worker_becomes_a_runtime_error_not_a_hang",
+    "integration/test_search.py::test_the_cost_budget_stops_the_search",
+    "integration/test_memory_cli.py::test_memory_commands_round_trip_through_json",
+    "integration/test_serve_command.py::test_serve_help_names_the_servers_own_flags",
+    "e2e/test_server_lsp.py::test_hints_pushed_at_once_and_kept_in_step_with_edits",
+    "e2e/test_server_lsp.py::test_cancel_from_progress_ends_the_worker",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under tests/unit `unit` and each SMOKE test `smoke`: `make test-fast`
+    picks both by marker in one run."""
+    unit = TESTS / "unit"
+    smoke = set(SMOKE)
+    for item in items:
+        if not item.path.is_relative_to(TESTS):
+            continue
+        if item.path.is_relative_to(unit):
+            item.add_marker(pytest.mark.unit)
+        name = getattr(item, "originalname", item.name)
+        if f"{item.path.relative_to(TESTS).as_posix()}::{name}" in smoke:
+            item.add_marker(pytest.mark.smoke)
+
+
 def run_eval(problem: str | Path, candidate: str | Path | SourceFile, **overrides) -> EvalResult:
     """Evaluate a candidate against a test problem with fast, strict defaults."""
     reference = SourceFile.from_path(PROBLEMS / problem if isinstance(problem, str) else problem)
@@ -110,6 +144,36 @@ def orphaned_sandboxes() -> dict[int, str]:
         if int(fields[19]) >= SESSION_TICKS:
             found[int(entry.name)] = argv.replace(b"\0", b" ").decode(errors="replace")[-80:]
     return found
+
+
+# What a unit test may still start: `uname -p`, which platform.processor() runs for the LLM
+# SDKs' client headers.
+UNIT_MAY_RUN = frozenset({"uname"})
+
+
+def _refuse_process(*args, **kwargs):
+    raise RuntimeError("a test under tests/unit starts no process: move it to tests/integration")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    """tests/unit is the tier that runs in-process in under a minute; a test that starts a
+    subprocess, forks or spawns belongs in tests/integration, and fails here until it moves."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    original = subprocess.Popen.__init__
+
+    def checked_init(self, args, *rest, **kwargs):
+        argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+        if Path(os.fsdecode(argv[0]).split()[0]).name not in UNIT_MAY_RUN:
+            _refuse_process()
+        original(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", checked_init)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", _refuse_process)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, _refuse_process)
 
 
 @pytest.fixture(autouse=True)

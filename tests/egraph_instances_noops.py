@@ -3,7 +3,7 @@
 registered into tests/egraph_instances.INSTANCES.
 
 The no-ops are lowered only where their condition holds (checked by the pass tests in
-tests/unit/test_egraph_algebra.py); here each rule's term is drawn around any operand."""
+tests/integration/test_egraph_algebra.py); here each rule's term is drawn around any operand."""
 
 from __future__ import annotations
 

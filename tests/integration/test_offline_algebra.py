@@ -182,7 +182,7 @@ def test_trace_errors_are_one_line_with_the_line() -> None:
 
 # -- the equality-saturation pass, which replaced the pattern passes ----------------------------
 # (algebraic-simplification, fold-scale-shift, remove-identities: their examples are in
-# tests/unit/test_egraph_algebra.py)
+# tests/integration/test_egraph_algebra.py)
 
 
 def saturated(text: str, path: str = "problem.py") -> Rewrite:
