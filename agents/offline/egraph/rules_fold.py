@@ -4,16 +4,18 @@ channel (a parameter or buffer shaped to broadcast along the channels only).
 
 The folded weight and bias are expressions of the live parameters, written into forward, so
 a loaded state_dict is used at once. A division by a tensor is never folded: a zero in it
-makes the output inf where the folded weight would give nan. Registered in the catalogue of
-agents/offline/egraph/rules.py (which imports this module at its end).
+makes the output inf where the folded weight would give nan. Kept in `RULES`, which
+agents/offline/egraph/rules.py adds to the catalogue.
 """
 
 from __future__ import annotations
 
 from egglog import eq, i64, rule, union, var
 
-from agents.offline.egraph.rules import _rule
+from agents.offline.egraph.catalogue import RuleGroup
 from agents.offline.egraph.terms import T, rank, size
+
+RULES = RuleGroup()
 
 CONV_RANKS = (3, 4, 5)  # conv1d, conv2d, conv3d outputs: (N, C, *spatial)
 LINEAR_WIDE_RANKS = (2, 3, 4)  # a per-output vector written as (1, ..., 1, n)
@@ -23,7 +25,7 @@ def _producers(x: T, w: T, b: T, s: i64, alpha: T) -> list[T]:
     return [T.linear(x, w, b), T.conv(x, w, b, s), T.scaled_linear(x, w, b, alpha)]
 
 
-@_rule(
+@RULES.law(
     "scalar-on-the-right",
     "s + x = x + s and s * x = x * s for a scalar s",
     "s of rank 0 (+ and * commute exactly in floating point)",
@@ -35,7 +37,7 @@ def _(a: T, s: T):
         )
 
 
-@_rule(
+@RULES.law(
     "producer-on-the-left",
     "v + P = P + v and v * P = P * v for P a linear map or a convolution",
 )
@@ -47,7 +49,7 @@ def _(v: T, x: T, w: T, b: T, s: i64, alpha: T):
             )
 
 
-@_rule(
+@RULES.law(
     "sub-as-negated-add",
     "s - x = (-x) + s",
     "s of rank 0, or x a linear map or a convolution (s - x and s + (-x) round alike)",
@@ -62,7 +64,7 @@ def _(v: T, a: T, x: T, w: T, b: T, s: i64, alpha: T):
         )
 
 
-@_rule("neg-into-linear", "-(x Wᵀ + b) = x (-W)ᵀ + (-b)")
+@RULES.law("neg-into-linear", "-(x Wᵀ + b) = x (-W)ᵀ + (-b)")
 def _(x: T, w: T, b: T):
     negated = T.un("neg", T.linear(x, w, b))
     yield rule(negated, b != T.none()).then(
@@ -72,7 +74,7 @@ def _(x: T, w: T, b: T):
     yield rule(plain).then(union(plain).with_(T.linear(x, T.un("neg", w), T.none())))
 
 
-@_rule("neg-into-conv", "-conv(x, W, b) = conv(x, -W, -b)")
+@RULES.law("neg-into-conv", "-conv(x, W, b) = conv(x, -W, -b)")
 def _(x: T, w: T, b: T, s: i64):
     negated = T.un("neg", T.conv(x, w, b, s))
     yield rule(negated, b != T.none()).then(
@@ -101,7 +103,7 @@ def _per_output(v: T, out: T, v_rank: int, n: i64, r: i64) -> list:
     return facts + [size(v, i64(k)) == i64(1) for k in range(v_rank - 1)]
 
 
-@_rule(
+@RULES.law(
     "channel-scale-into-conv",
     "conv(x, W, b) * s = conv(x, W * s[:, None, ...], b * s), s a scalar or one value per channel",
     "s of rank 0, or of shape (C, 1, ...) or (1, C, 1, ...) with C the output channels",
@@ -138,7 +140,7 @@ def _shifted(op: str, bias: T | None, w: T, v: T, per_channel: bool) -> T:
     return T.bin(op, T.zeros_out(w), value)
 
 
-@_rule(
+@RULES.law(
     "channel-shift-into-conv",
     "conv(x, W, b) + t = conv(x, W, b + t), t a scalar or one value per channel",
     "t of rank 0, or of shape (C, 1, ...) or (1, C, 1, ...) with C the output channels",
@@ -161,7 +163,7 @@ def _(x: T, w: T, b: T, s: i64, v: T, n: i64):
                     )
 
 
-@_rule(
+@RULES.law(
     "shift-into-linear",
     "(x Wᵀ + b) ± t = x Wᵀ + (b ± t), t a scalar or one value per output",
     "t of rank 0, or of shape (1, ..., 1, n) with n the outputs, no wider than the output",
@@ -181,7 +183,7 @@ def _(x: T, w: T, b: T, v: T, n: i64, r: i64):
                 )
 
 
-@_rule(
+@RULES.law(
     "wide-scale-into-linear",
     "(x Wᵀ + b) * s = x (W * s.reshape(-1, 1))ᵀ + b * s.reshape(-1), s of shape (1, ..., 1, n)",
     "s of rank 2 to 4, 1 everywhere but its last dim, the outputs (rank 1: "

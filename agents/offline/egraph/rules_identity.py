@@ -3,16 +3,18 @@ the same shape, dropout that drops nothing, x ** 1, and permutations that cancel
 
 The no-ops are lowered as `T.un(name, x)` only where their side condition holds by
 construction (agents/offline/egraph/lower_ops.py), so each rule here is unconditional on the
-term; its `needs` says what the lowering checked. Registered in the catalogue of
-agents/offline/egraph/rules.py (which imports this module at its end).
+term; its `needs` says what the lowering checked. Kept in `RULES`, which
+agents/offline/egraph/rules.py adds to the catalogue.
 """
 
 from __future__ import annotations
 
 from egglog import i64, rewrite, rule, union
 
-from agents.offline.egraph.rules import _rule
+from agents.offline.egraph.catalogue import RuleGroup
 from agents.offline.egraph.terms import MAX_RANK, T, pack, rank
+
+RULES = RuleGroup()
 
 NO_OP_RULES = {
     "clone": (
@@ -53,10 +55,10 @@ for _op, (_name, _law, _needs) in NO_OP_RULES.items():
 
         return body
 
-    _rule(_name, _law, _needs)(_no_op(_op))
+    RULES.law(_name, _law, _needs)(_no_op(_op))
 
 
-@_rule("pow-one", "x ** 1 = x")
+@RULES.law("pow-one", "x ** 1 = x")
 def _(a: T):
     yield rewrite(T.bin("pow", a, T.const(1.0))).to(a)
 
@@ -70,7 +72,7 @@ def _digit(code, k: int):
     return (code >> i64(4 * k)) & i64(15)
 
 
-@_rule(
+@RULES.law(
     "transpose-as-permute",
     "transpose(x, i, j) = permute(x, the order with i and j swapped)",
     f"x of rank at most {MAX_RANK}",
@@ -84,7 +86,7 @@ def _(a: T, d: i64, e: i64):
         )
 
 
-@_rule(
+@RULES.law(
     "permute-permute",
     "permute(permute(x, p), q) = permute(x, [p[q[k]] for each k])",
     f"x of rank at most {MAX_RANK}",
@@ -99,7 +101,7 @@ def _(a: T, p: i64, q: i64):
         yield rule(twice, rank(a) == i64(r)).then(union(twice).with_(T.permute(a, composed)))
 
 
-@_rule("permute-identity", "permute(x, (0, 1, ..., r - 1)) = x")
+@RULES.law("permute-identity", "permute(x, (0, 1, ..., r - 1)) = x")
 def _(a: T):
     for r in range(MAX_RANK + 1):
         yield rewrite(T.permute(a, i64(pack(range(r))))).to(a)

@@ -1,6 +1,6 @@
 """The rules about linear maps: reductions moved through linear maps and convolutions, sums
-and means being linear, scales and shifts folded into weights and biases. Registered in the
-same catalogue as agents/offline/egraph/rules.py (which imports this module at its end)."""
+and means being linear, scales and shifts folded into weights and biases. Kept in `RULES`,
+which agents/offline/egraph/rules.py adds to the catalogue."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from egglog import (
     union,
 )
 
-from agents.offline.egraph.rules import _rule
+from agents.offline.egraph.catalogue import RuleGroup
 from agents.offline.egraph.terms import T, groups, rank, size
+
+RULES = RuleGroup()
 
 # -- reductions through linear maps ------------------------------------------------------------
 
@@ -36,7 +38,7 @@ for _op in ("sum", "mean"):
 
         return body
 
-    _rule(
+    RULES.law(
         f"{_op}-through-linear",
         f"{_op} over a linear map's outputs: {_op}_j (x Wᵀ + b)_j = x ({_op}_j W_j)ᵀ + {_op}_j b_j",
     )(_through_linear(_op))
@@ -50,7 +52,7 @@ for _op in ("sum", "mean"):
 
         return body
 
-    _rule(f"{_op}-through-matmul", f"{_op} over x @ M's columns = x @ ({_op} of M's columns)")(
+    RULES.law(f"{_op}-through-matmul", f"{_op} over x @ M's columns = x @ ({_op} of M's columns)")(
         _through_matmul(_op)
     )
 
@@ -70,7 +72,7 @@ for _op in ("sum", "mean"):
 
         return body
 
-    _rule(
+    RULES.law(
         f"{_op}-through-conv",
         f"{_op} over a convolution's output channels = one convolution with their {_op}",
         "groups == 1",
@@ -96,12 +98,12 @@ for _op in ("sum", "mean"):
 
         return body
 
-    _rule(f"{_op}-of-scaled", f"{_op}(x * s) = {_op}(x) * s for a scalar s", "s a scalar; c != 0")(
-        _scaled(_op)
-    )
+    RULES.law(
+        f"{_op}-of-scaled", f"{_op}(x * s) = {_op}(x) * s for a scalar s", "s a scalar; c != 0"
+    )(_scaled(_op))
 
 
-@_rule("mean-of-shifted", "mean(x + s) = mean(x) + s for a scalar s", "s a scalar")
+@RULES.law("mean-of-shifted", "mean(x + s) = mean(x) + s for a scalar s", "s a scalar")
 def _(a: T, s: T, d: i64, k: Bool):
     for shift in ("add", "sub"):
         red = T.red("mean", T.bin(shift, a, s), d, k)
@@ -128,7 +130,7 @@ for _op in ("mul", "div"):
 
         return body
 
-    _rule(f"{_op}-into-linear", f"(x Wᵀ + b) {_op} c = x (W {_op} c)ᵀ + b {_op} c")(
+    RULES.law(f"{_op}-into-linear", f"(x Wᵀ + b) {_op} c = x (W {_op} c)ᵀ + b {_op} c")(
         _scale_linear(_op)
     )
 
@@ -148,7 +150,7 @@ for _op in ("mul", "div"):
 
         return body
 
-    _rule(f"{_op}-into-conv", f"conv(x, W, b) {_op} c = conv(x, W {_op} c, b {_op} c)")(
+    RULES.law(f"{_op}-into-conv", f"conv(x, W, b) {_op} c = conv(x, W {_op} c, b {_op} c)")(
         _scale_conv(_op)
     )
 
@@ -164,7 +166,9 @@ for _op in ("add", "sub"):
 
         return body
 
-    _rule(f"{_op}-into-linear-bias", f"(x Wᵀ + b) {_op} c = x Wᵀ + (b {_op} c)")(_shift_linear(_op))
+    RULES.law(f"{_op}-into-linear-bias", f"(x Wᵀ + b) {_op} c = x Wᵀ + (b {_op} c)")(
+        _shift_linear(_op)
+    )
 
     def _shift_conv(op):
         def body(x: T, w: T, b: T, s: i64, c: f64):
@@ -176,12 +180,12 @@ for _op in ("add", "sub"):
 
         return body
 
-    _rule(f"{_op}-into-conv-bias", f"conv(x, W, b) {_op} c = conv(x, W, b {_op} c)")(
+    RULES.law(f"{_op}-into-conv-bias", f"conv(x, W, b) {_op} c = conv(x, W, b {_op} c)")(
         _shift_conv(_op)
     )
 
 
-@_rule(
+@RULES.law(
     "channel-scale-into-linear",
     "(x Wᵀ + b) * s = x (W * s[:, None])ᵀ + b * s, s a scalar or one value per output",
     "s of rank 0, or of rank 1 with one value per output",
@@ -203,7 +207,7 @@ def _(x: T, w: T, b: T, s: T, n: i64):
     )
 
 
-@_rule(
+@RULES.law(
     "scale-into-addmm",
     "s * (x Wᵀ + b) + t = addmm(s b + t, x, Wᵀ, alpha=s) for a 2-D x and scalars s, t",
     "x of rank 2, s and t of rank 0",
@@ -220,7 +224,7 @@ def _(x: T, w: T, b: T, s: T, t: T):
         )
 
 
-@_rule(
+@RULES.law(
     "channel-shift-into-linear",
     "(x Wᵀ + b) + t = x Wᵀ + (b + t), t a scalar or one value per output",
     "t of rank 0, or of rank 1 with one value per output",

@@ -2,16 +2,18 @@
 as one with keepdim then a squeeze: the forms the rules about linear maps match.
 
 A sum of x + s over n elements is the sum of x plus n * s, with n read at call time
-(`T.extent`), never written into the code. Registered in the catalogue of
-agents/offline/egraph/rules.py (which imports this module at its end).
+(`T.extent`), never written into the code. Kept in `RULES`, which
+agents/offline/egraph/rules.py adds to the catalogue.
 """
 
 from __future__ import annotations
 
 from egglog import Bool, RewriteOrRule, String, eq, f64, i64, rewrite, rule, union, var
 
-from agents.offline.egraph.rules import REDUCERS, _rule
+from agents.offline.egraph.catalogue import REDUCERS, RuleGroup
 from agents.offline.egraph.terms import T, rank, size
+
+RULES = RuleGroup()
 
 for _op in REDUCERS:
 
@@ -23,7 +25,7 @@ for _op in REDUCERS:
 
         return body
 
-    _rule(
+    RULES.law(
         f"{_op}-keepdim-then-squeeze",
         f"{_op}(x, d) = {_op}(x, d, keepdim=True).squeeze(d)",
     )(_keepdim(_op))
@@ -40,13 +42,13 @@ for _op in REDUCERS:
 
         return body
 
-    _rule(
+    RULES.law(
         f"{_op}-of-transpose",
         f"{_op} over dim k of xᵀ (keepdim) = the transpose of {_op} over x's dim that became k",
     )(_of_transpose(_op))
 
 
-@_rule(
+@RULES.law(
     "sum-of-shifted",
     "sum(x + s) over n elements = sum(x) + n * s for a scalar s (n read at call time)",
     "s a scalar",
@@ -68,7 +70,7 @@ for _op in ("sum", "mean"):
 
         return body
 
-    _rule(f"{_op}-of-neg", f"{_op}(-x) = -{_op}(x)")(_of_neg(_op))
+    RULES.law(f"{_op}-of-neg", f"{_op}(-x) = -{_op}(x)")(_of_neg(_op))
 
     def _through_addmm(op):
         def body(x: T, w: T, c: T, alpha: T, r: i64, n: i64):
@@ -91,7 +93,7 @@ for _op in ("sum", "mean"):
 
         return body
 
-    _rule(
+    RULES.law(
         f"{_op}-through-addmm",
         f"{_op} over the columns of addmm(c, x, M, alpha=a) = addmm({_op} of c's columns, x, "
         f"{_op} of M's columns, alpha=a)",
@@ -109,7 +111,7 @@ def _from(term: T, d: i64, source: T, dim, *facts) -> RewriteOrRule:
     )
 
 
-@_rule(
+@RULES.law(
     "size-from-source",
     "a size of an op's output is the size of the input dim it comes from",
     "the dim maps by the op's shape rule (same shape, a weight's rows, a moved dim)",
