@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from agents.profile.report import Profile
 from memory.features import CodeFeatures, extract_features
+from memory.profile_metrics import ProfileMetrics
 from memory.skills_library import Skill, Trigger, load_skills
 
 HOT_SHARE = 0.05
@@ -101,7 +101,7 @@ class GateFacts:
         ]
 
 
-def facts_from(profile: Profile | None, source: str, device: str | None = None) -> GateFacts:
+def facts_from(profile: ProfileMetrics | None, source: str, device: str | None = None) -> GateFacts:
     """Derive the gate's facts; without a profile only the code features are known."""
     features = extract_features(source)
     if profile is None:
@@ -120,9 +120,9 @@ def facts_from(profile: Profile | None, source: str, device: str | None = None) 
         if op.dtype and op.share >= HOT_SHARE:
             dtypes.add(op.dtype.replace("torch.", ""))
     hot = {c: s for c, s in sorted(shares.items(), key=lambda kv: -kv[1]) if s >= HOT_SHARE}
-    bounds = {profile.roofline.bound}
+    bounds = {profile.bound}
     bounds.update(line.bound for line in profile.lines if line.share >= HOT_LINE_SHARE)
-    pct = profile.roofline.pct_of_peak
+    pct = profile.pct_of_peak
     return GateFacts(
         device=device or profile.device,
         bounds=frozenset(bounds),
@@ -288,7 +288,7 @@ def _offered(skill: Skill, facts: GateFacts) -> tuple[bool, list[str]]:
 
 
 def gate(
-    profile: Profile | None,
+    profile: ProfileMetrics | None,
     source: str,
     *,
     device: str | None = None,

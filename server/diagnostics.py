@@ -112,7 +112,7 @@ def build_view(
     """Findings for the hot lines of `profile` that can still be found in `doc`."""
     from memory.gate import gate
 
-    result = gate(profile, source, device=profile.device)
+    result = gate(profile.metrics(), source, device=profile.device)
     findings: list[Finding] = []
     taken: set[int] = set()
     for stat in profile.lines:

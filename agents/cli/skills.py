@@ -100,7 +100,8 @@ def _match(args: argparse.Namespace, library: Any, console: Console) -> int:
         from agents.profile.api import profile_file
 
         profile = profile_file(source, device=args.device, size=args.size)
-    result = gate(profile, source.text, device=args.device, skills=library)
+    metrics = profile.metrics() if profile is not None else None
+    result = gate(metrics, source.text, device=args.device, skills=library)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
         return 0

@@ -9,7 +9,10 @@ Times are milliseconds per forward; shares are fractions of the profiled aten op
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memory.profile_metrics import ProfileMetrics
 
 SCHEMA_VERSION = 1
 BOUNDS = ("memory", "compute", "overhead")
@@ -173,6 +176,21 @@ class Profile:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def metrics(self) -> ProfileMetrics:
+        """What the skill gate (memory/gate.py) reads of this profile, in memory's own types.
+
+        Imported here, not above: the profiler's sandboxed child imports this module and has
+        only agents/ on its path (as have a Ray cluster's workers)."""
+        from memory.profile_metrics import LineMetric, OpMetric, ProfileMetrics
+
+        return ProfileMetrics(
+            device=self.device,
+            bound=self.roofline.bound,
+            pct_of_peak=self.roofline.pct_of_peak,
+            ops=tuple(OpMetric(op.name, op.calls, op.share, op.dtype) for op in self.ops),
+            lines=tuple(LineMetric(line.bound, line.share) for line in self.lines),
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Profile:

@@ -93,7 +93,7 @@ def test_code_features_on_the_bench_problems():
 
 def test_gemm_then_sum_allows_equality_saturation(profiles):
     profile, source = profiles["gemm_sum"]
-    result = gate(profile, source.text)
+    result = gate(profile.metrics(), source.text)
     assert "equality-saturation" in passes(result)
     assert result.facts.hot_categories.get("gemm", 0) > 0.3
 
@@ -101,7 +101,7 @@ def test_gemm_then_sum_allows_equality_saturation(profiles):
 def test_hand_written_softmax_and_norm_allow_library_substitution(profiles):
     for key in ("manual_softmax", "manual_layernorm"):
         profile, source = profiles[key]
-        assert "library-substitution" in passes(gate(profile, source.text)), key
+        assert "library-substitution" in passes(gate(profile.metrics(), source.text)), key
 
 
 def test_what_the_pattern_passes_were_gated_for_allows_equality_saturation(profiles):
@@ -110,19 +110,19 @@ def test_what_the_pattern_passes_were_gated_for_allows_equality_saturation(profi
     identities still get it."""
     for key in ("gemm_scale_shift", "conv_batchnorm", "identities"):
         profile, source = profiles[key]
-        assert "equality-saturation" in passes(gate(profile, source.text)), key
+        assert "equality-saturation" in passes(gate(profile.metrics(), source.text)), key
 
 
 def test_cpu_profiles_never_allow_cuda_or_triton_skills(profiles):
     for profile, source in profiles.values():
-        result = gate(profile, source.text)
+        result = gate(profile.metrics(), source.text)
         for choice in result.allowed:
             assert not set(choice.skill.targets) <= {"cuda", "triton"}, choice.skill.id
 
 
 def test_gate_is_deterministic_and_explains_every_choice(profiles):
     profile, source = profiles["attention"]
-    first, second = gate(profile, source.text), gate(profile, source.text)
+    first, second = gate(profile.metrics(), source.text), gate(profile.metrics(), source.text)
     assert first.allowed_ids() == second.allowed_ids()
     assert first.allowed, "an attention block on the CPU should allow something"
     scores = [choice.score for choice in first.allowed]
@@ -149,7 +149,7 @@ def test_low_headroom_forbids_what_the_library_forbids_there(profiles):
     facts_pct = profile.roofline.pct_of_peak
     profile.roofline.pct_of_peak = 95.0
     try:
-        result = gate(profile, source.text)
+        result = gate(profile.metrics(), source.text)
     finally:
         profile.roofline.pct_of_peak = facts_pct
     assert result.facts.headroom == "low"

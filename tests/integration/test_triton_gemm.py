@@ -328,13 +328,13 @@ def test_the_gate_allows_the_skill_for_a_cuda_gemm_whatever_the_profile_says():
     under load) still gets it, saying so, since the pass verifies and times like any other;
     on the CPU it is never allowed."""
     source = (BENCH / "09_gemm_relu.py").read_text()
-    allowed = gate(_profile("cuda"), source)
+    allowed = gate(_profile("cuda").metrics(), source)
     assert SKILL in allowed.allowed_ids()
     why = next(c.why for c in allowed.allowed if c.skill.id == SKILL)
     assert any("device cuda" in reason for reason in why)
     assert any("bound compute meets compute" in reason for reason in why)
-    assert SKILL not in gate(_profile("cpu"), source).allowed_ids()
-    offered = gate(_profile("cuda", bound="memory"), source)
+    assert SKILL not in gate(_profile("cpu").metrics(), source).allowed_ids()
+    offered = gate(_profile("cuda", bound="memory").metrics(), source)
     why = next(c.why for c in offered.allowed if c.skill.id == SKILL)
     assert "offered whatever the profile says" in why[-1] and "linear at line" in why[1]
 

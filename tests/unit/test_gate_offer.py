@@ -11,6 +11,7 @@ import torch
 
 from agents.profile.report import Ceilings, LineStat, OpStat, Profile, Roofline
 from memory.gate import gate
+from memory.profile_metrics import ProfileMetrics
 from memory.skills_library import SkillError, load_skills
 from tests.conftest import ROOT
 
@@ -19,8 +20,9 @@ PROBLEMS = ROOT / "bench" / "problems"
 ALGEBRA = ROOT / "tests" / "algebra_problems"
 
 
-def profile_of(ops: list[tuple[str, float]], pct_of_peak: float, bound: str) -> Profile:
-    """A CPU profile whose ops take the given shares, the whole forward at `pct_of_peak`."""
+def profile_of(ops: list[tuple[str, float]], pct_of_peak: float, bound: str) -> ProfileMetrics:
+    """What the gate reads of a CPU profile whose ops take the given shares, the whole forward
+    at `pct_of_peak`."""
     stats = [
         OpStat(name, 1, 10.0 * share, share, [[256, 1024]], "torch.float32", 10**9, 10**6,
                1000.0, bound, pct_of_peak, 10.0 * share * pct_of_peak / 100)
@@ -30,8 +32,9 @@ def profile_of(ops: list[tuple[str, float]], pct_of_peak: float, bound: str) -> 
                     1000.0, bound, pct_of_peak, 10.0 * pct_of_peak / 100, stats)  # fmt: skip
     roofline = Roofline(10**9, 10**6, 10**7, 1000.0, 10.0, 0.1, 10.0, bound, pct_of_peak)
     ceilings = Ceilings("cpu", "test cpu", 1, 10.0, 100.0, None, "2026-01-01T00:00:00+00:00")
-    return Profile("problem.py", "cpu", "default", 1, 3, torch.__version__, 10.0, 10.0, 10.0,
-                   1.0, [line], stats, roofline, ceilings)  # fmt: skip
+    profile = Profile("problem.py", "cpu", "default", 1, 3, torch.__version__, 10.0, 10.0, 10.0,
+                      1.0, [line], stats, roofline, ceilings)  # fmt: skip
+    return profile.metrics()
 
 
 GEMM_AT_PEAK = profile_of([("aten::addmm", 0.99), ("aten::gelu", 0.01)], 100.0, "compute")
