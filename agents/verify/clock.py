@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agents.request.defaults import EVAL_TIMING_BUDGET_S
 from agents.sandbox.peer import Peer
 from agents.sandbox.wire import Frame
 from agents.verify import devflush, hidden_work, stability
@@ -86,7 +87,7 @@ class ClockConfig:
     warmup: int = 1  # the correctness trials ran just before: one round settles both
     min_runs: int = 10
     max_runs: int = 200
-    budget_s: float = 5.0
+    budget_s: float = EVAL_TIMING_BUDGET_S  # evaluate() passes its options' own
     rel_precision: float = 0.01
     spot_share: float = 0.1
     """The least share of timed requests opened (agents/verify/openings.py), whatever the
