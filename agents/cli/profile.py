@@ -1,4 +1,5 @@
-"""`kernel-agent profile FILE.py`: where a problem's forward spends its time, line by line.
+"""`kernel-agent profile FILE.py[::NAME]`: where a problem's forward (or NAME, a function or
+Triton launcher in FILE.py, as `optimize` names it) spends its time, line by line.
 
 The arguments become a `ProfileRequest`; a ProfileError is a usage error (one line, exit
 status 2, see agents/cli/__init__.py).
@@ -22,7 +23,11 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Profile FILE's Model.forward in a sandbox: time per source line and aten "
         "op, FLOPs and bytes, against this machine's measured memory and matmul ceilings.",
     )
-    parser.add_argument("file", metavar="FILE.py", help="a KernelBench-format problem")
+    parser.add_argument(
+        "file",
+        metavar="FILE.py[::NAME]",
+        help="a KernelBench-format problem, or NAME in FILE.py (a Triton launcher, a function)",
+    )
     parser.add_argument(
         "--device", choices=DEVICES, default="cpu", help="profile on this device (default: cpu)"
     )
@@ -54,14 +59,15 @@ def run_profile(args: argparse.Namespace) -> int:
     """Profile, then print a table (or JSON) and optionally save the plot. Returns 0."""
     from agents.profile.api import ProfileError, profile_request
     from agents.request.requests import ProfileRequest
-    from agents.task import SourceFile, TaskLoadError
+    from agents.request.settings import RequestError
+    from agents.targets.load import load_target
 
     try:
-        source = SourceFile.from_path(args.file)
-    except TaskLoadError as error:
+        target = load_target(args.file)
+    except RequestError as error:
         raise ProfileError(str(error)) from None
     request = ProfileRequest(
-        problem=source,
+        problem=target.problem,
         device=args.device,
         size=args.size,
         threads=args.threads,
