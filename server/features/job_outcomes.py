@@ -154,11 +154,11 @@ def no_rewrite(
         return
     stopped = (search.stopped_because if search else "") or state
     verdicts = Counter(p.verdict for p in search.trajectory) if search else Counter()
-    if verdicts and not verdicts.get("correct"):
+    if verdicts and not verdicts["correct"]:
         stopped += "; candidates: " + ", ".join(
             f"{n} {verdict_words(v)}" for v, n in verdicts.most_common()
         )
-        if verdicts.get("timeout"):
+        if verdicts["timeout"]:
             stopped += " (an evaluation timed out: try kernelAgent.size default or a faster device)"
     evaluations = search.evaluations if search else 0
     ls.tell(
