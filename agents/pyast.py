@@ -1,11 +1,8 @@
-"""`ast.parse` behind one process-wide lock.
+"""`ast.parse` behind one process-wide lock (why: memory/parsing.py).
 
-Why: on CPython 3.11, two threads in `ast.parse` at once can fail with "SystemError: AST
-constructor recursion depth mismatch": the depth counter of the C-to-Python AST conversion is
-per interpreter, and a garbage collection inside the conversion can run a finalizer that
-switches threads. The evaluation pool runs a thread per job, each loading its task and
-candidate; a full test run saw a candidate judged a worker failure because of it. Every parse
-of ours goes through here (third-party parsers, e.g. TorchScript's, cannot).
+Every parse of agents goes through here. The lock is memory's, so that memory's parses and
+agents' never overlap; a sandboxed child and a Ray worker are shipped agents/ alone, and there
+no code of memory parses, so a lock of their own is the same guarantee.
 """
 
 from __future__ import annotations
@@ -14,7 +11,10 @@ import ast
 import threading
 from typing import Any
 
-_LOCK = threading.RLock()  # re-entrant: a finalizer on this thread may parse too
+try:
+    from memory.parsing import PARSE_LOCK as _LOCK
+except ModuleNotFoundError:  # only agents/ is on this process's path
+    _LOCK = threading.RLock()  # re-entrant: a finalizer on this thread may parse too
 
 
 def parse(source: str, filename: str = "<unknown>", mode: str = "exec", **kwargs: Any) -> Any:

@@ -11,7 +11,7 @@ import io
 import re
 import tokenize
 
-from agents import pyast
+from memory.parsing import parse
 
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
 _C_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
@@ -28,7 +28,7 @@ def normalized_source(code: str) -> str:
     indentation. Text that is not valid Python falls back to whitespace collapsing only.
     """
     try:
-        pyast.parse(code)
+        parse(code)
         return _python_normalized(code)
     except (SyntaxError, ValueError, tokenize.TokenError, IndentationError):
         return _whitespace_normalized(code)

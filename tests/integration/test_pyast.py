@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import itertools
 import sys
 import threading
 import time
@@ -69,3 +70,16 @@ def test_parses_behind_the_lock_never_fail_across_threads():
     assert _hammer(pyast.parse) == []
     assert pyast.literal_eval(" (1, 'a', [2.5])") == (1, "a", [2.5])
     assert pyast.parse("y = 1", mode="exec").body[0].targets[0].id == "y"
+
+
+def test_memory_and_agents_parse_under_one_lock():
+    """memory's normalisation parses beside the pool's task loading: one lock for both."""
+    from memory import parsing
+
+    assert pyast._LOCK is parsing.PARSE_LOCK
+    turns = itertools.count()
+
+    def either(source: str) -> object:
+        return (pyast.parse if next(turns) % 2 else parsing.parse)(source)
+
+    assert _hammer(either) == []
