@@ -302,3 +302,58 @@ def test_a_garbled_job_is_refused_with_one_line():
     ]:
         with pytest.raises(ProtocolError, match=says):
             decode_job(json.dumps(data))
+
+
+SAMPLE_VALUES = {
+    "evaluation.device": "cuda",
+    "evaluation.size": "gpu",
+    "evaluation.eval_backend": "ray",
+    "evaluation.ray_address": "ray://head:10001",
+    "memory.path": "/tmp/kernel-agent-test/memory.db",
+    "llm.backend": "openai",
+    "llm.model": "a-model",
+    "llm.base_url": "http://localhost:1",
+    "budget.max_cost": 1.5,
+    "budget.max_time": 90.0,
+    "evaluation.timing_budget": 0.5,
+    "search.profile": False,
+    "evaluation.jail": False,
+    "memory.enabled": False,
+}
+
+
+def _sample(path: str) -> object:
+    if path in SAMPLE_VALUES:
+        return SAMPLE_VALUES[path]
+    if path.startswith("llm.roles."):
+        return "openai" if path.endswith(".backend") else "role-model"
+    return 3  # the counts
+
+
+def _nested(key: str, value: object) -> dict:
+    head, _, rest = key.partition(".")
+    return {head: _nested(rest, value) if rest else value}
+
+
+def _field(request: OptimizeRequest, path: str) -> object:
+    value: object = request
+    for part in path.split("."):
+        value = value[part] if isinstance(value, dict) else getattr(value, part)
+    return value
+
+
+@pytest.mark.parametrize("setting", [s for s in BY_PATH.values() if s.editor], ids=lambda s: s.path)
+def test_each_editor_setting_reaches_the_request_under_its_one_name(setting):
+    """`kernelAgent.<editor>` as VS Code nests it arrives in the worker's OptimizeRequest at
+    the field path of the same row of agents/request/table.py, with its value."""
+    value = _sample(setting.path)
+    section = _nested(setting.editor, value)
+    if setting.path.startswith("llm.") and setting.path != "llm.backend":
+        section["llm"].setdefault("backend", "anthropic")  # sent only once a model is used
+    loaded = load({"kernelAgent": section})
+    assert not loaded.problems, loaded.problems
+    job = loaded.settings.job_settings()
+    assert job[setting.path] == value
+    request = decode_job(json.dumps(_payload(spec(settings=job)))).request
+    got = _field(request, setting.path)
+    assert (str(got) if setting.path == "memory.path" else got) == value
