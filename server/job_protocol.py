@@ -12,7 +12,7 @@ fails the job with it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from agents.profile.report import Profile
@@ -172,43 +172,33 @@ class ErrorMessage:
 
 
 WorkerMessage = Setup | EventMessage | ResultMessage | ErrorMessage
+MESSAGES: dict[str, type[WorkerMessage]] = {
+    cls.type: cls for cls in (Setup, EventMessage, ResultMessage, ErrorMessage)
+}
 
 
 def message_json(message: WorkerMessage) -> dict[str, Any]:
-    """A worker message as its JSON object."""
-    if isinstance(message, EventMessage):
-        return {"type": message.type, "event": message.event.to_json()}
-    if isinstance(message, ResultMessage):
-        return {"type": message.type, "result": message.result.to_json()}
-    if isinstance(message, ErrorMessage):
-        return {"type": message.type, "error": message.error}
-    return {
-        "type": message.type,
-        "iterations": message.iterations,
-        "samples": message.samples,
-        "max_evals": message.max_evals,
-        "max_time": message.max_time,
-    }
+    """A worker message as its JSON object: its type, then its fields (an event or a result
+    as its own `to_json`)."""
+    data: dict[str, Any] = {"type": message.type}
+    for item in fields(message):
+        value = getattr(message, item.name)
+        data[item.name] = value.to_json() if hasattr(value, "to_json") else value
+    return data
 
 
 def decode_message(line: bytes | str) -> WorkerMessage:
     """One line from the worker's pipe; ProtocolError for anything that is not a message."""
     data = _object(line)
     kind = data.get("type")
+    cls = MESSAGES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        expected = ", ".join(MESSAGES)
+        raise ProtocolError(f"unknown message type {kind!r:.40}: expected {expected}")
     try:
-        if kind == "event":
-            return EventMessage(SearchEvent.from_json(data.get("event")))
-        if kind == "result":
-            return ResultMessage(JobResult.from_json(data.get("result")))
-        if kind == "error":
-            return ErrorMessage(**read_fields(ErrorMessage, data, "error message"))
-        if kind == "setup":
-            return Setup(**read_fields(Setup, data, "setup message"))
+        return cls(**read_fields(cls, data, f"{kind} message"))
     except JSONShapeError as error:
         raise ProtocolError(f"a {kind} message that does not fit: {error}") from None
-    raise ProtocolError(
-        f"unknown message type {kind!r:.40}: expected setup, event, result or error"
-    )
 
 
 # -- server to worker ------------------------------------------------------------------------
