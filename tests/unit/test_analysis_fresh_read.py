@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from agents.targets.analysis import Analysis, Result, full_analysis
 from agents.targets.syntax import parse_text
 from server.documents import Document
-from tests.e2e.test_lsp_incremental import BROKEN_CLASS, SEEDS, edit_scripts, position
+from tests.edit_scripts import BROKEN_CLASS, SEEDS, edit_scripts, position
 
 # BROKEN_CLASS, typed into GEMM, leaves an ERROR tree a fresh parse reads without `Model`.
 GEMM = SEEDS[0]
