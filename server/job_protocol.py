@@ -127,6 +127,7 @@ class JobResult:
 
     @classmethod
     def from_json(cls, data: Any) -> JobResult:
+        """The result `to_json` wrote; JSONShapeError naming the first field that does not fit."""
         if not isinstance(data, dict):
             raise JSONShapeError(f"a job result must be an object, not {type(data).__name__}")
         kind = data.get("kind")

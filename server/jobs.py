@@ -72,8 +72,10 @@ class JobSpec:
     env: dict = field(default_factory=dict, repr=False, compare=False)  # secrets: worker env only
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobUpdate:
+    """What a job's handler is told: a state change, a search event, progress or the result."""
+
     job_id: str
     state: str  # "started" | "event" | "progress" | "done" | "failed" | "cancelled"
     percent: int | None = None
