@@ -16,7 +16,7 @@ import time
 import torch
 
 from agents.offline.egraph.saturate import EqualitySaturation
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.base import Program
 from agents.verify import compare
 from tests.egraph_fuzz import Outcome, _load

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agents.evaluate import EvalOptions, evaluate
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.base import Program
 from agents.offline.passes.conv_tuning import CompileEpilogue, CudnnBenchmark
 from agents.offline.passes.memory_format import ChannelsLast

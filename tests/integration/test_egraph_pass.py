@@ -12,7 +12,7 @@ import torch
 
 from agents.evaluate import EvalOptions, evaluate
 from agents.offline.egraph.saturate import EqualitySaturation
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.base import Program
 from agents.task import SourceFile, build_model, call_factory, load_problem
 from agents.verify.verdict import Verdict

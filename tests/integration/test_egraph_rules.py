@@ -309,8 +309,8 @@ def test_a_division_by_zero_is_not_moved():
 def test_an_unbatched_conv_is_not_a_conv_term():
     """nn.Conv2d on (C, H, W) has its channels in dim 0: the analyses and the through-conv
     rules assume a batch dim, so lowering keeps such a call as a leaf."""
-    from agents.offline import fxtools as fx
     from agents.offline.egraph.lower import lower
+    from agents.offline.fx import tracing
     from agents.offline.passes.base import Program
 
     class Unbatched(nn.Module):
@@ -322,7 +322,7 @@ def test_an_unbatched_conv_is_not_a_conv_term():
             return torch.sum(self.conv(x), dim=1, keepdim=True)
 
     inputs = [torch.randn(3, 5, 5)]
-    gm = fx.trace(Program("", "Model", Unbatched(), inputs, [], "cpu"))
+    gm = tracing.trace(Program("", "Model", Unbatched(), inputs, [], "cpu"))
     low = lower(gm)
     conv = next(node for node in gm.graph.nodes if node.op == "call_module")
     assert "T.leaf" in str(low.terms[conv]) and "conv" not in str(low.terms[conv])

@@ -1,4 +1,4 @@
-"""fxtools' trace/emit round trip, the size-1 reduction pass and float attributes kept as
+"""fx's trace/emit round trip, the size-1 reduction pass and float attributes kept as
 attributes, each output judged by the real verifier (static check, trials, state_dict
 compatibility, reload check)."""
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from agents.evaluate import EvalOptions, evaluate
-from agents.offline import fxtools
 from agents.offline.egraph.saturate import EqualitySaturation
+from agents.offline.fx import codegen, tracing
 from agents.offline.passes.algebra import Size1Reduction
 from agents.offline.passes.base import PassError, Program, Rewrite
 from agents.task import SourceFile
@@ -71,7 +71,7 @@ def forward_of(source: str) -> str:
     return source[source.index("    def forward") :]
 
 
-# -- fxtools ---------------------------------------------------------------------------------
+# -- fx tracing and codegen ----------------------------------------------------------------
 
 
 def _emit_round_trip(path: Path) -> str | Exception:
@@ -81,14 +81,14 @@ def _emit_round_trip(path: Path) -> str | Exception:
     try:
         reference = program(text, str(path))
         try:
-            gm = fxtools.trace(reference)
-        except fxtools.TraceError as error:
+            gm = tracing.trace(reference)
+        except tracing.TraceError as error:
             return RuntimeError(str(error))
-        source = fxtools.emit(reference, gm, doc="fx round trip")
+        source = codegen.emit(reference, gm, doc="fx round trip")
         assert check_candidate(source) == []
         model = _built(source, text)
         rebuilt = Program(source, "ModelNew", model, reference.inputs, [], "cpu")
-        assert fxtools.emit(rebuilt, fxtools.trace(rebuilt), doc="fx round trip") == source
+        assert codegen.emit(rebuilt, tracing.trace(rebuilt), doc="fx round trip") == source
         return source
     except AssertionError as error:
         return error
@@ -134,12 +134,12 @@ def test_emit_round_trips_every_bench_problem(path: Path, round_trips) -> None:
 
 def test_emit_is_readable_and_retraceable() -> None:
     text, path = bench("20_attention")
-    source = fxtools.emit(program(text, path), fxtools.trace(program(text, path)), doc="rt")
+    source = codegen.emit(program(text, path), tracing.trace(program(text, path)), doc="rt")
     forward = forward_of(source)
     assert "qkv = self.qkv(x)" in forward and "return out" in forward
     assert "torch.softmax(truediv, dim=-1)" in forward
     rebuilt = Program(source, "ModelNew", _built(source, text), program(text).inputs, [], "cpu")
-    assert fxtools.emit(rebuilt, fxtools.trace(rebuilt), doc="rt") == source
+    assert codegen.emit(rebuilt, tracing.trace(rebuilt), doc="rt") == source
 
 
 UNTRACEABLE_SOURCE = """
@@ -166,8 +166,8 @@ TRAINING_BRANCH = UNTRACEABLE_SOURCE.replace("if x.sum() > 0:", "if self.trainin
 
 
 def test_trace_errors_are_one_line_with_the_line() -> None:
-    with pytest.raises(fxtools.TraceError) as caught:
-        fxtools.trace(program(UNTRACEABLE_SOURCE))
+    with pytest.raises(tracing.TraceError) as caught:
+        tracing.trace(program(UNTRACEABLE_SOURCE))
     message = str(caught.value)
     assert "\n" not in message and message.startswith("fx cannot trace forward")
     assert "line 8: if x.sum() > 0:" in message
@@ -176,8 +176,8 @@ def test_trace_errors_are_one_line_with_the_line() -> None:
     frozen = UNTRACEABLE_SOURCE.replace("if x.sum() > 0:", "if True:").replace(
         "return x\n", "return x * torch.ones(4).repeat(1)\n"
     )
-    with pytest.raises(fxtools.TraceError, match="freeze"):
-        fxtools.trace(program(frozen))
+    with pytest.raises(tracing.TraceError, match="freeze"):
+        tracing.trace(program(frozen))
 
 
 # -- the equality-saturation pass, which replaced the pattern passes ----------------------------
@@ -186,7 +186,7 @@ def test_trace_errors_are_one_line_with_the_line() -> None:
 
 
 def saturated(text: str, path: str = "problem.py") -> Rewrite:
-    return fxtools.apply_general_first(EqualitySaturation(), program(text, path))
+    return tracing.apply_general_first(EqualitySaturation(), program(text, path))
 
 
 def rules_of(rewrite: Rewrite) -> set[str]:
@@ -282,14 +282,14 @@ def get_init_inputs():
 
 def test_emit_writes_containers_defaults_and_helper_methods() -> None:
     reference = program(CONTAINERS)
-    gm = fxtools.trace(reference)
+    gm = tracing.trace(reference)
     x, output = next(iter(gm.graph.nodes)), list(gm.graph.nodes)[-1]
     with gm.graph.inserting_before(output):
-        twice = gm.graph.call_function(fxtools.SelfMethod("_twice", lambda t: t * 2), (x,))
+        twice = gm.graph.call_function(codegen.SelfMethod("_twice", lambda t: t * 2), (x,))
     output.args = ((*output.args[0], twice),)
-    fxtools.propagate(gm, reference.inputs)
+    tracing.propagate(gm, reference.inputs)
     helper = "    def _twice(self, t):\n        return t * 2\n"
-    source = fxtools.emit(reference, gm, doc='a "quoted" \\ doc', methods={"_twice": helper})
+    source = codegen.emit(reference, gm, doc='a "quoted" \\ doc', methods={"_twice": helper})
     assert check_candidate(source) == []
     forward = forward_of(source)
     assert "def forward(self, x, y=None, *rest):" in forward
@@ -393,7 +393,7 @@ def _rebuilt(source: str, name: str, *init) -> torch.nn.Module:
 def test_a_float_attribute_stays_an_attribute_so_one_rewrite_serves_every_argument():
     text, path = bench("13_")
     text = shrink(text)
-    rewrite = fxtools.apply_general_first(EqualitySaturation(), program(text, path))
+    rewrite = tracing.apply_general_first(EqualitySaturation(), program(text, path))
     source = assert_verified(text, rewrite, path)
     assert "self.scaling_factor" in forward_of(source)
     assert "_check_specialised" not in source and "1.5" not in forward_of(source)
@@ -433,7 +433,7 @@ def test_a_float_the_pass_needs_the_value_of_is_frozen_in_and_guarded():
     """Moving a sum through `/ self.divisor` needs the divisor's value (a sum of x / 0 is not
     the sum divided by 0): the general attempt finds nothing cheaper, and the frozen one is
     guarded."""
-    rewrite = fxtools.apply_general_first(EqualitySaturation(), program(DIVIDED))
+    rewrite = tracing.apply_general_first(EqualitySaturation(), program(DIVIDED))
     source = assert_verified(DIVIDED, rewrite)
     assert "_check_specialised(self, {'divisor': 2.0})" in source
     assert "sum-through-linear" in rules_of(rewrite)
@@ -442,7 +442,7 @@ def test_a_float_the_pass_needs_the_value_of_is_frozen_in_and_guarded():
 def test_a_float_attribute_in_python_control_flow_falls_back_to_the_frozen_trace():
     """fx cannot trace `if self.scale > 1.0` with the scale symbolic; the pass then runs on
     the frozen trace, as before, and the guard refuses other values."""
-    rewrite = fxtools.apply_general_first(Size1Reduction(), program(CONTROL_FLOW_SCALE))
+    rewrite = tracing.apply_general_first(Size1Reduction(), program(CONTROL_FLOW_SCALE))
     source = assert_verified(CONTROL_FLOW_SCALE, rewrite)
     assert "_check_specialised(self, {'scale': 2.0})" in source
     with pytest.raises(ValueError, match=r"scale=2\.0"):
@@ -460,5 +460,5 @@ def test_a_pass_error_without_float_attributes_is_raised_once():
             raise PassError("cannot apply here")
 
     with pytest.raises(PassError, match="cannot apply here"):
-        fxtools.apply_general_first(Refusing(), program(NO_INIT))
+        tracing.apply_general_first(Refusing(), program(NO_INIT))
     assert calls == [1]

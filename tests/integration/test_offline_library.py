@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from agents.evaluate import EvalOptions, evaluate
-from agents.offline import fxtools
+from agents.offline.fx import tracing
 from agents.offline.passes.base import Program, Rewrite
 from agents.offline.passes.library import LibrarySubstitution
 from agents.task import SourceFile
@@ -95,7 +95,7 @@ def test_bench_manual_layernorm_reads_eps_from_the_module_when_floats_stay_symbo
     """How the sandboxed child runs the pass: `self.eps` stays an attribute, so the rewrite
     is right for any eps the constructor gets, not only the verified one."""
     text, path = bench("18_manual_layernorm")
-    result = fxtools.apply_general_first(LibrarySubstitution(), program(text, path))
+    result = tracing.apply_general_first(LibrarySubstitution(), program(text, path))
     forward = verified(text, result, path=path)
     assert "weight=self.weight, bias=self.bias, eps=self.eps)" in forward
     assert "_check_specialised" not in result.source

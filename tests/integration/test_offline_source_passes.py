@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from agents.evaluate import EvalOptions, evaluate
-from agents.offline import fxtools
+from agents.offline.fx import tracing
 from agents.offline.passes import cpp_elementwise
 from agents.offline.passes.base import PassError, Program
 from agents.offline.passes.compile import TorchCompile, measure_compile_s
@@ -227,7 +227,7 @@ def test_cpp_elementwise_reads_an_input_without_writing_it():
 def test_cpp_elementwise_graph_keeps_the_forward_semantics():
     """The rewritten graph, run with the fused ops' PyTorch reference, gives the original."""
     prog = program("21_residual_conv_block")
-    gm = fxtools.trace(prog)
+    gm = tracing.trace(prog)
     epilogue = cpp_elementwise._find_epilogue(gm)
     assert [leaf.node.name for leaf in epilogue.leaves] == ["bn2", "x"]
     cpp_elementwise._replace(gm, epilogue)

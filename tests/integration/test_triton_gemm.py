@@ -19,7 +19,7 @@ import types
 import pytest
 import torch
 
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.base import Program, Rewrite
 from agents.offline.passes.triton_gemm import TritonGemm
 from agents.offline.passes.triton_gemm_kernel import ROW_TILES, TILES, Tile, render_tiles

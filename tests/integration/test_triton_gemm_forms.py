@@ -22,8 +22,8 @@ import triton
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.offline import fxtools as fx
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx import ops, tracing
+from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.triton_gemm import TritonGemm
 from agents.offline.passes.triton_gemm_einsum import lower_einsums, parse
 from agents.offline.passes.triton_gemm_kernel import LARGE_MN, TILES, helpers, tile_config
@@ -291,10 +291,10 @@ def test_a_drawn_gemm_einsum_lowers_to_views_around_one_matmul_of_the_same_value
     assert not isinstance(parse(equation), str)
     gm = torch.fx.symbolic_trace(_Einsum(equation))
     a, b = torch.randn(shape_a, dtype=torch.float64), torch.randn(shape_b, dtype=torch.float64)
-    fx.propagate(gm, [a.float(), b.float()])
+    tracing.propagate(gm, [a.float(), b.float()])
     assert lower_einsums(gm) == (1, [])
     gm.recompile()
-    names = [fx.op_name(n) for n in gm.graph.nodes]
+    names = [ops.op_name(n) for n in gm.graph.nodes]
     assert "einsum" not in names and names.count("matmul") == 1
     torch.testing.assert_close(gm(a, b), torch.einsum(equation, a, b), rtol=1e-12, atol=1e-12)
 

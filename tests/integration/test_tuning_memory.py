@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import agents.offline.roles as offline_roles
 from agents.evaluate import EvalOptions
 from agents.llm.accounting import CostMeter
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.triton_gemm import TritonGemm
 from agents.offline.passes.triton_gemm_kernel import TILES, tile_config
 from agents.offline.roles import OfflineExecutor, OfflineSummarizer
@@ -400,7 +400,7 @@ def test_the_search_reports_only_correct_candidates_as_verified(tmp_path):
 _PROBE = """
 import json, sys
 import triton.runtime.autotuner as autotuner
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.triton_gemm import TritonGemm
 from agents.offline.passes.triton_gemm_tuning import observe
 from memory.tuning import site_key

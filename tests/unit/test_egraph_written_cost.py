@@ -10,7 +10,7 @@ import pytest
 
 from agents.offline.egraph.cost import Roofline
 from agents.offline.egraph.saturate import EqualitySaturation
-from agents.offline.fxtools import apply_general_first
+from agents.offline.fx.tracing import apply_general_first
 from tests.conftest import ROOT
 from tests.integration.test_egraph_pass import _program
 
