@@ -25,8 +25,11 @@ import signal
 import sys
 import threading
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agents.profile.report import Profile
+from agents.request.requests import OptimizeRequest, ProfileRequest
+from agents.search.result import SearchResult
 from server.job_protocol import (
     ErrorMessage,
     EventMessage,
@@ -41,11 +44,6 @@ from server.job_protocol import (
     encode,
     message_json,
 )
-
-if TYPE_CHECKING:
-    from agents.profile.report import Profile
-    from agents.request.requests import OptimizeRequest
-    from agents.search.result import SearchResult
 
 CANCEL_EXIT_S = 20.0
 """After a cancel, the worker ends itself this long later even if the search has not."""
@@ -131,20 +129,16 @@ def _read_commands(cancel: threading.Event) -> None:
 
 
 def run_job(job: WorkerJob, channel: Channel, cancel: threading.Event) -> JobResult:
-    from agents.request.requests import OptimizeRequest
-
     if isinstance(job.request, OptimizeRequest):
         return asyncio.run(_optimize_job(job, job.request, channel, cancel))
-    return _profile_job(job, cancel)
+    return _profile_job(job, job.request, cancel)
 
 
-def _profile_job(job: WorkerJob, cancel: threading.Event) -> JobResult:
+def _profile_job(job: WorkerJob, request: ProfileRequest, cancel: threading.Event) -> JobResult:
+    """The reference's profile where a search would evaluate it, and its hot lines."""
     from agents.profile.api import ProfileError, profile_file
-    from agents.request.requests import ProfileRequest
     from agents.search.knowledge import hot_lines_json
 
-    request = job.request
-    assert isinstance(request, ProfileRequest)
     try:
         profile = profile_file(
             request.problem,
@@ -193,9 +187,9 @@ async def _optimize_job(
             search = await run.run_async()
             profile = run.profile
     except (RequestError, RoleSetupError, MissingAPIKeyError, EvalError) as error:
-        raise JobFailure(str(error)) from None
+        raise JobFailure(str(error)) from None  # the request cannot run as given
     except (LLMError, MemoryStoreError) as error:
-        raise JobFailure(str(error)) from None
+        raise JobFailure(str(error)) from None  # a model or the memory file failed for good
     return _result(job, profile, search, hot_lines_json(profile))
 
 
