@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from agents.request.settings import RequestError
-from agents.request.target import Target
 from agents.search.events import SearchEvent
 from agents.speedup_words import speedup_summary
-from agents.targets.synth import SynthesisError, synthesize_problem
-from agents.task import SourceFile
+from agents.targets.load import target_from_source
+from agents.targets.synth import SynthesisError
 from server.job_protocol import (
     JOB_KINDS,
     Cancel,
@@ -418,10 +417,9 @@ def _payload(spec: JobSpec) -> dict[str, Any]:
     """What the worker reads on stdin: the job's typed request, without its secrets.
     SettingsError or SynthesisError in one line when the settings or the file cannot
     make one."""
-    problem = synthesize_problem(spec.source, spec.target)
     label = spec.path or spec.uri
     try:
-        target = Target(SourceFile(problem, label), spec.target, spec.target_kind, spec.source)
+        target = target_from_source(spec.source, label, spec.target, spec.target_kind)
     except RequestError as error:
         raise SettingsError(str(error)) from None
     build = optimize_request if spec.kind == "optimize" else profile_request

@@ -52,13 +52,16 @@ def load_target(spec: str | Path) -> Target:
         return _whole_file(path, text)
     targets = named_targets(text)
     found = next((t for t in targets if t.name == name), None)
-    if found is None and find_definition(parse_text(text).root_node, name, "module"):
-        target_from_source(text, str(path), name, "module")  # says why it is none (a kernel)
-    if found is None:
-        raise RequestError(f"{path} has no target `{name}`; {_names(targets)}")
-    if not found.ready:
-        raise RequestError(f"{path}::{name}: {found.missing}")
-    return target_from_source(text, str(path), name, found.kind)
+    try:
+        if found is None and find_definition(parse_text(text).root_node, name, "module"):
+            synthesize_problem(text, name)  # says why it is no target (a Triton kernel...)
+        if found is None:
+            raise RequestError(f"{path} has no target `{name}`; {_names(targets)}")
+        if not found.ready:
+            raise RequestError(f"{path}::{name}: {found.missing}")
+        return target_from_source(text, str(path), name, found.kind)
+    except SynthesisError as error:
+        raise RequestError(f"{path}::{name}: {error}") from None
 
 
 def named_targets(text: str) -> list[FoundTarget]:
@@ -80,12 +83,10 @@ def named_targets(text: str) -> list[FoundTarget]:
 
 def target_from_source(source: str, label: str, name: str, kind: str) -> Target:
     """The problem to optimise for target `name` of `source` (its own text when `name` is
-    the file's Model): the editor's jobs and the command line build it here."""
-    try:
-        problem = synthesize_problem(source, name)
-    except SynthesisError as error:
-        raise RequestError(f"{label}::{name}: {error}") from None
-    return Target(SourceFile(problem, label), name, kind, source)
+    the file's Model): the editor's jobs and the command line build it here. SynthesisError
+    (with a snippet to insert) when the file lacks what it needs, RequestError for a kind
+    that is none."""
+    return Target(SourceFile(synthesize_problem(source, name), label), name, kind, source)
 
 
 def _whole_file(path: Path, text: str) -> Target:
