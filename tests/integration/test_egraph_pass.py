@@ -14,8 +14,9 @@ from agents.evaluate import EvalOptions, evaluate
 from agents.offline.egraph.saturate import EqualitySaturation
 from agents.offline.fx.tracing import apply_general_first
 from agents.offline.passes.base import Program
-from agents.task import SourceFile, build_model, call_factory, load_problem
+from agents.task import SourceFile, build_model, load_problem
 from agents.verify.verdict import Verdict
+from tests.programs import loaded_program
 
 ROOT = Path(__file__).resolve().parents[2]
 ALGEBRA = ROOT / "tests" / "algebra_problems"
@@ -35,18 +36,8 @@ BENCH_FOUND = {  # what the deleted pattern passes found on our own suite, still
 }
 
 
-def _program(path: Path) -> tuple[Program, types.ModuleType]:
-    source = SourceFile.from_path(path)
-    problem = load_problem(source)
-    torch.manual_seed(0)
-    init = call_factory(problem.get_init_inputs, source, "get_init_inputs")
-    model = build_model(problem.model_class, init, source)
-    inputs = call_factory(problem.get_inputs, source, "get_inputs")
-    return Program(source.text, "Model", model, inputs, init, "cpu"), problem
-
-
 def _rewrite(path: Path):
-    program, _ = _program(path)
+    program, _ = loaded_program(path)
     rewrite = apply_general_first(EqualitySaturation(), program)
     assert rewrite.source is not None, rewrite.summary
     namespace = types.ModuleType("egraph_rewrite")
@@ -90,7 +81,7 @@ def test_a_scalar_read_from_self_stays_read_from_self():
 
 
 def test_nothing_cheaper_is_declined_with_a_reason():
-    program, _ = _program(ROOT / "bench" / "problems" / "09_gemm_relu.py")
+    program, _ = loaded_program(ROOT / "bench" / "problems" / "09_gemm_relu.py")
     rewrite = EqualitySaturation().apply(program)
     assert rewrite.source is None and rewrite.summary == "no cheaper equivalent form"
 

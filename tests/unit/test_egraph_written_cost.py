@@ -12,14 +12,14 @@ from agents.offline.egraph.cost import Roofline
 from agents.offline.egraph.saturate import EqualitySaturation
 from agents.offline.fx.tracing import apply_general_first
 from tests.conftest import ROOT
-from tests.integration.test_egraph_pass import _program
+from tests.programs import loaded_program
 
 ALGEBRA = ROOT / "tests" / "algebra_problems"
 MODELLED = re.compile(r"modelled cost ([0-9.]+) -> ([0-9.]+) us")
 
 
 def modelled(name: str) -> tuple[float, float]:
-    program, _ = _program(ALGEBRA / f"{name}.py")
+    program, _ = loaded_program(ALGEBRA / f"{name}.py")
     rewrite = apply_general_first(EqualitySaturation(), program)
     assert rewrite.source is not None, rewrite.summary
     found = MODELLED.search(rewrite.summary)

@@ -29,6 +29,23 @@ def test_every_test_module_sits_in_a_tier():
     assert not stray, f"test modules outside tests/unit, integration, e2e: {stray}"
 
 
+def test_no_unit_test_imports_an_integration_or_e2e_test_module():
+    """A helper two tiers share lives in tests/ (edit_scripts.py, programs.py): importing
+    another tier's test module would run its module-level set-up in the unit tier."""
+    crossing = []
+    for path in sorted((TESTS / "unit").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            crossing += [
+                f"{path.name}:{node.lineno} imports {name}"
+                for name in names
+                if name.startswith(("tests.integration", "tests.e2e"))
+            ]
+    assert not crossing, crossing
+
+
 def test_every_smoke_test_exists_outside_the_unit_tier():
     for entry in SMOKE:
         file, name = entry.split("::")
