@@ -26,7 +26,12 @@ def add_eval_parser(commands: Any) -> argparse.ArgumentParser:
         description="Verify CANDIDATE's ModelNew against REFERENCE's Model in a sandbox, "
         "then time both.",
     )
-    ev.add_argument("reference", metavar="REFERENCE.py", help="the problem: Model, get_inputs, ...")
+    ev.add_argument(
+        "reference",
+        metavar="REFERENCE.py[::NAME]",
+        help="the problem: Model, get_inputs, ...; or NAME in it (a function, a Triton "
+        "launcher: ModelNew.forward takes its arguments)",
+    )
     ev.add_argument("candidate", metavar="CANDIDATE.py", help="the kernel to judge: ModelNew")
     ev.add_argument(
         "--device", choices=DEVICES, default="cpu", help="where both run (default: cpu)"
@@ -108,10 +113,14 @@ _REQUEST_FIELDS = (
 def run_eval(args: argparse.Namespace) -> int:
     from agents.evaluate import evaluate_request
     from agents.request.requests import EvaluateRequest
+    from agents.targets.load import SEPARATOR, load_target
     from agents.task import SourceFile
 
+    named = SEPARATOR in args.reference  # a target in a file: its synthesised problem
     request = EvaluateRequest(
-        reference=SourceFile.from_path(args.reference),
+        reference=load_target(args.reference).problem
+        if named
+        else SourceFile.from_path(args.reference),
         candidate=SourceFile.from_path(args.candidate),
         **{name: getattr(args, name) for name in _REQUEST_FIELDS},
     )

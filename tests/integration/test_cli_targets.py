@@ -19,9 +19,9 @@ TARGETS = TESTS / "data" / "targets"
 QUICK = ("--json", "--threads", "1", "--no-profile", "--no-memory", "--iterations", "1")
 
 
-def cli_profile(*args: str) -> subprocess.CompletedProcess:
+def cli_command(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "agents", "profile", *args],
+        [sys.executable, "-m", "agents", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -84,11 +84,23 @@ def test_a_plain_function_is_optimised_and_written_back_beside_itself(tmp_path):
 
 def test_profile_names_a_target_as_optimize_does(tmp_path):
     source = shutil.copy(TARGETS / "gemm_sum.py", tmp_path / "gemm_sum.py")
-    done = cli_profile(f"{source}::gemm_sum", "--json", "--threads", "1", "--repeat", "2")
+    done = cli_command(
+        "profile", f"{source}::gemm_sum", "--json", "--threads", "1", "--repeat", "2"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = {line["line"]: line["source"] for line in json.loads(done.stdout)["lines"]}
     assert lines[12] == "y = torch.matmul(x, weight.T)"  # the user's own line numbers
     assert set(lines) <= {12, 13, 14, 15}
+
+
+def test_eval_judges_a_candidate_against_a_named_target():
+    reference = f"{TARGETS / 'gemm_sum.py'}::gemm_sum"
+    candidate = str(TARGETS / "gemm_sum_new.py")
+    done = cli_command("eval", reference, candidate, "--json", "--threads", "1", "--no-timing")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["verdict"] == "correct"
+    wrong = cli_command("eval", f"{TARGETS / 'gemm_sum.py'}::nope", candidate)
+    assert wrong.returncode == 2 and "no target `nope`" in wrong.stderr
 
 
 @pytest.mark.cuda
