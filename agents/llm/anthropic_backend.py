@@ -8,18 +8,18 @@ retries are off: `retry.call_with_retries` retries, counts and explains instead.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import random
 from typing import Any
 
 import anthropic
 
-from agents.llm.base import ChatReply, EmptyReplyError, Message, SystemPrompt, Usage
-from agents.llm.config import LLMConfig, missing_key_error, sdk_base_url, shown_url
-from agents.llm.pricing import Price, PriceTable, cost_usd, default_prices, find_price
-from agents.llm.replies import count, empty_reply_message, unusable_reply
-from agents.llm.retry import Failure, RetryPolicy, Sleep, call_with_retries, sdk_failure
+from agents.llm.base import ChatReply, Message, SystemPrompt, Usage
+from agents.llm.config import LLMConfig, missing_key_error, sdk_base_url
+from agents.llm.pricing import PriceTable
+from agents.llm.replies import count, unusable_reply
+from agents.llm.retry import RetryPolicy, Sleep
+from agents.llm.sdk_chat import SdkChat, SdkErrors
 
 # Newer SDKs (2.x) dropped `temperature` from messages.create, as the newest models refuse
 # it; send it only where the installed SDK still takes it.
@@ -28,8 +28,15 @@ SDK_TAKES_TEMPERATURE = (
 )
 
 
-class AnthropicChat:
+class AnthropicChat(SdkChat):
     """A `ChatModel` for one Claude model; at most `config.max_concurrency` requests at once."""
+
+    errors = SdkErrors(
+        status=anthropic.APIStatusError,
+        timeout=anthropic.APITimeoutError,
+        connection=anthropic.APIConnectionError,
+        base=anthropic.AnthropicError,
+    )
 
     def __init__(
         self,
@@ -45,32 +52,13 @@ class AnthropicChat:
             raise ValueError(f"AnthropicChat needs backend 'anthropic', not {config.backend!r}")
         if not api_key:
             raise missing_key_error("anthropic", config.api_key_env)
-        self.config = config
-        self._prices = default_prices() if prices is None else prices
-        self._policy = policy or RetryPolicy(max_attempts=config.max_attempts)
-        self._sleep = sleep
-        self._rng = rng
-        self._limit = asyncio.Semaphore(config.max_concurrency)
+        super().__init__(config, prices, sleep=sleep, rng=rng, policy=policy)
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=sdk_base_url("anthropic", config.base_url),
             max_retries=0,
             timeout=config.timeout_s,
         )
-
-    @property
-    def label(self) -> str:
-        return self.config.label
-
-    @property
-    def priced(self) -> bool:
-        """False when the price table has no entry for this model (its cost shows as $0)."""
-        return find_price(self.config.model, self._prices) is not None
-
-    @property
-    def price(self) -> Price | None:
-        """This model's price, for checking a cost budget before a call."""
-        return find_price(self.config.model, self._prices)
 
     async def chat(
         self,
@@ -88,54 +76,12 @@ class AnthropicChat:
         blocks = system_blocks(system)
         if blocks:
             request["system"] = blocks
-        temperature = (
-            self.config.temperature if self.config.temperature is not None else temperature
-        )
+        temperature = self._temperature(temperature)
         if temperature is not None and SDK_TAKES_TEMPERATURE:
             request["temperature"] = temperature
-
-        async def attempt() -> tuple[Any, str, str]:
-            async with self._limit:
-                response = await self._client.messages.create(**request)
-            return response, *reply_parts(response)
-
-        (response, text, stop), attempts = await call_with_retries(
-            attempt,
-            self._classify,
-            label=self.label,
-            policy=self._policy,
-            key_env=self.config.api_key_env,
-            where=shown_url(self.config.base_url),
-            sleep=self._sleep,
-            rng=self._rng,
+        return await self._reply(
+            lambda: self._client.messages.create(**request), reply_parts, usage_of, "max_tokens"
         )
-        usage = usage_of(getattr(response, "usage", None))
-        cost = cost_usd(self.config.model, usage, self._prices) or 0.0
-        if not text.strip():
-            message = empty_reply_message(self.label, stop, usage.output_tokens, "max_tokens")
-            raise EmptyReplyError(message, usage=usage, cost_usd=cost, attempts=attempts)
-        model = getattr(response, "model", None)
-        return ChatReply(
-            text=text,
-            usage=usage,
-            cost_usd=cost,
-            model=model if isinstance(model, str) and model else self.config.model,
-            stop_reason=stop,
-            attempts=attempts,
-        )
-
-    def _classify(self, error: BaseException) -> Failure | None:
-        return sdk_failure(
-            error,
-            status_error=anthropic.APIStatusError,
-            timeout_error=anthropic.APITimeoutError,
-            connection_error=anthropic.APIConnectionError,
-            sdk_error=anthropic.AnthropicError,
-            timeout_s=self.config.timeout_s,
-        )
-
-    async def aclose(self) -> None:
-        await self._client.close()
 
 
 def system_blocks(system: SystemPrompt) -> list[dict[str, Any]]:
