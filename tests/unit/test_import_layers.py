@@ -19,15 +19,18 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGES = ("agents", "server", "memory")
+# The scripts and checks around the product: they import it, never the other way.
+AROUND = ("bench", "tests", "examples")
 
 # What each package must never import, at any depth (ARCHITECTURE.md quotes this table).
 # memory/ is the bottom layer: stores, features and gates over plain data. agents/ is the engine
 # (CLI, search, evaluation, sandbox) and never reaches into the editor's protocol shell. server/
-# is the top: the pygls app may import agents/ and memory/.
+# is the top: the pygls app may import agents/ and memory/. None of them imports bench/, tests/
+# or examples/.
 NEVER_IMPORTS: dict[str, tuple[str, ...]] = {
-    "memory": ("agents", "server"),
-    "agents": ("server",),
-    "server": (),
+    "memory": ("agents", "server", *AROUND),
+    "agents": ("server", *AROUND),
+    "server": AROUND,
 }
 
 
@@ -98,7 +101,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> Iterator[Impo
             target = deepest_module(each, modules) if top in PACKAGES else None
             if target is not None and target != name:
                 yield Import(name, target, node.lineno)
-            elif top in PACKAGES and target is None:
+            elif top in PACKAGES + AROUND and target is None:
                 yield Import(name, each, node.lineno)  # a crossing even if the name is gone
 
 
@@ -212,6 +215,7 @@ def test_the_reader_sees_deferred_relative_and_from_imports(tmp_path: Path):
         "from . import sibling\n"
         "def later():\n"
         "    from server.jobs import Job\n"
+        "    import bench.lsp_fuzz\n"
     )
     names = (
         "memory.probe",
@@ -226,11 +230,13 @@ def test_the_reader_sees_deferred_relative_and_from_imports(tmp_path: Path):
         ("agents.verify.verdict", 2),
         ("memory.sibling", 3),
         ("server.jobs", 5),
+        ("bench.lsp_fuzz", 6),
     ]
     assert [v.split(": ", 1)[1] for v in layer_violations(edges)] == [
         "memory.probe imports agents.task",
         "memory.probe imports agents.verify.verdict",
         "memory.probe imports server.jobs",
+        "memory.probe imports bench.lsp_fuzz",
     ]
     cycle = [Import("agents.a", "agents.b", 1), Import("agents.b", "agents.a", 7)]
     assert import_cycles(cycle) == [
