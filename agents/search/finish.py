@@ -6,123 +6,132 @@ evaluation on fresh inputs finds it faster than the reference beyond the noise."
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from agents.evaluate import EvalCancelled
 from agents.search import events as ev
+from agents.search.context import SearchRun
 from agents.search.nodes import Node, SearchState
 from agents.search.result import SearchResult
 from agents.task import SourceFile
 from agents.verify.verdict import EvalResult
 from memory.normalize import source_hash
 
-if TYPE_CHECKING:
-    from agents.search.beam import Search
 
-
-async def finish(search: Search, state: SearchState) -> SearchResult:
-    confirmed_node: Node | None = None
-    confirmation: EvalResult | None = None
+async def finish(run: SearchRun, state: SearchState) -> SearchResult:
+    """The run's result: its best kernels re-measured on fresh inputs (the first found
+    faster is offered), and the Finished event."""
     notes = list(state.notes)
-    if state.llm_failures and not search._stop_reason.startswith("the model failed"):
+    if state.llm_failures and not run.stop_reason.startswith("the model failed"):
         calls = "call" if state.llm_failures == 1 else "calls"
         notes.append(f"{state.llm_failures} model {calls} failed: {state.last_llm_error}")
     found = sorted(all_nodes(state), key=lambda n: -n.speedup)
     found = [n for n in found if not n.is_root and n.speedup > 1.0]
-    if found and not search.cancel.cancelled:
-        for node in found[: search.config.confirm]:
-            result = await confirm(search, state, node)
-            if result is None:
-                break
-            state.fates.confirmed(node.source, result)
-            if faster(result):
-                confirmed_node, confirmation = node, result
-                break
-            notes.append(
-                f"{node.plan.title if node.plan else 'candidate'}: measured "
-                f"{node.speedup:.2f}x in the search but "
-                + (
-                    f"a speedup too unstable to tell on fresh inputs "
-                    f"({result.timing_unstable_reason})"
-                    if result.correct and result.speedup and not result.timing_stable
-                    else f"{result.speedup:.2f}x on fresh inputs"
-                    if result.correct and result.speedup
-                    else f"{result.verdict.value} on fresh inputs"
-                )
-                + "; not offered"
-            )
-    elif found and search.cancel.cancelled:
-        confirmed_node = found[0]  # verified correct in this run; not re-measured
+    offered: Offer = (None, None)
+    if found and not run.cancel.cancelled:
+        offered = await _confirm_best(run, state, found, notes)
+    elif found and run.cancel.cancelled:
+        offered = (found[0], None)  # verified correct in this run; not re-measured
         notes.append("cancelled: the best kernel so far was not re-measured")
-    improved = confirmed_node is not None
-    speedup = 1.0
-    ci = None
-    if confirmed_node is not None:
-        if confirmation is not None:
-            speedup = confirmation.speedup or confirmed_node.speedup
-            ci = confirmation.speedup_ci
-        else:
-            speedup, ci = confirmed_node.speedup, confirmed_node.ci
-    result = SearchResult(
-        task=search.task_name,
-        device=search.options.device,
-        improved=improved,
-        verdict="correct" if improved else "no_improvement",
-        speedup=round(speedup, 4),
-        speedup_ci=ci,
-        confirmed=confirmation is not None,
-        source=confirmed_node.source if confirmed_node else None,
-        methods=list(confirmed_node.methods) if confirmed_node else [],
-        evaluations=state.evaluations,
-        iterations=state.iteration,
-        stopped_because=search._stop_reason or "done",
-        elapsed_s=round(search.tracker.elapsed_s(), 2),
-        cost=search.meter.to_json(),
-        planner=search.roles.planner.label,
-        executor=search.roles.executor.label,
-        trajectory=state.trajectory,
-        eval_report=confirmation.to_json() if confirmation else None,
-        candidates=state.fates.final(
-            confirmed_node.source if confirmed_node else None,
-            round(speedup, 4),
-            confirmed=confirmation is not None,
-        ),
-        notes=notes,
-        memory={
-            "task_id": search.task_id,
-            "experiences_written": len(state.memory_written),
-            "logbook_attempts": (
-                len(search.memory.logbook.attempts(search.task_id)) if search.memory.logbook else 0
-            ),
-        },
-    )
-    search.emit(
+    result = _result(run, state, offered, notes)
+    run.emit(
         ev.Finished(
             verdict=result.verdict,
             speedup=result.speedup,
-            improved=improved,
+            improved=result.improved,
             evaluations=state.evaluations,
             stopped_because=result.stopped_because,
-            cost_usd=search.meter.total_cost_usd,
-            tokens=search.meter.total_tokens,
+            cost_usd=run.meter.total_cost_usd,
+            tokens=run.meter.total_tokens,
         )
     )
     return result
 
 
-async def confirm(search: Search, state: SearchState, node: Node) -> EvalResult | None:
+Offer = tuple[Node | None, EvalResult | None]
+"""The kernel offered (None: no improvement) and the confirmation that measured it (None:
+not re-measured)."""
+
+
+async def _confirm_best(
+    run: SearchRun, state: SearchState, found: list[Node], notes: list[str]
+) -> Offer:
+    """Re-measure the fastest kernels, best first, until one is faster on fresh inputs; each
+    that is not gets a note saying why it is not offered."""
+    for node in found[: run.config.confirm]:
+        result = await confirm(run, state, node)
+        if result is None:
+            break
+        state.fates.confirmed(node.source, result)
+        if faster(result):
+            return node, result
+        notes.append(
+            f"{node.plan.title if node.plan else 'candidate'}: measured "
+            f"{node.speedup:.2f}x in the search but {_fresh_measure(result)}; not offered"
+        )
+    return None, None
+
+
+def _fresh_measure(result: EvalResult) -> str:
+    """What the confirming evaluation found, in the words of a note."""
+    if result.correct and result.speedup and not result.timing_stable:
+        return f"a speedup too unstable to tell on fresh inputs ({result.timing_unstable_reason})"
+    if result.correct and result.speedup:
+        return f"{result.speedup:.2f}x on fresh inputs"
+    return f"{result.verdict.value} on fresh inputs"
+
+
+def _result(run: SearchRun, state: SearchState, offered: Offer, notes: list[str]) -> SearchResult:
+    node, confirmation = offered
+    speedup, ci = 1.0, None
+    if node is not None and confirmation is not None:
+        speedup, ci = confirmation.speedup or node.speedup, confirmation.speedup_ci
+    elif node is not None:
+        speedup, ci = node.speedup, node.ci
+    logbook = run.memory.logbook
+    return SearchResult(
+        task=run.task_name,
+        device=run.options.device,
+        improved=node is not None,
+        verdict="correct" if node is not None else "no_improvement",
+        speedup=round(speedup, 4),
+        speedup_ci=ci,
+        confirmed=confirmation is not None,
+        source=node.source if node else None,
+        methods=list(node.methods) if node else [],
+        evaluations=state.evaluations,
+        iterations=state.iteration,
+        stopped_because=run.stop_reason or "done",
+        elapsed_s=round(run.tracker.elapsed_s(), 2),
+        cost=run.meter.to_json(),
+        planner=run.roles.planner.label,
+        executor=run.roles.executor.label,
+        trajectory=state.trajectory,
+        eval_report=confirmation.to_json() if confirmation else None,
+        candidates=state.fates.final(
+            node.source if node else None, round(speedup, 4), confirmed=confirmation is not None
+        ),
+        notes=notes,
+        memory={
+            "task_id": run.task_id,
+            "experiences_written": len(state.memory_written),
+            "logbook_attempts": len(logbook.attempts(run.task_id)) if logbook else 0,
+        },
+    )
+
+
+async def confirm(run: SearchRun, state: SearchState, node: Node) -> EvalResult | None:
     options = replace(
-        search.options,
-        seed=search._seed_for(source_hash(node.source) + "#confirm"),
-        timing_budget_s=max(search.options.timing_budget_s, search.config.confirm_budget_s),
+        run.options,
+        seed=run.seed_for(source_hash(node.source) + "#confirm"),
+        timing_budget_s=max(run.options.timing_budget_s, run.config.confirm_budget_s),
     )
     state.evaluations += 1
     try:
-        return await search.pool.submit(
-            search.reference,
+        return await run.pool.submit(
+            run.reference,
             SourceFile(node.source, "<best candidate>"),
             options,
-            search.cancel.event,
+            run.cancel.event,
         )
     except EvalCancelled:
         return None

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from agents.evaluate import EvalCancelled
 from agents.roles.base import Plan
+from agents.search.context import SearchRun
 from agents.search.finish import ranked_speedup
 from agents.search.nodes import Node, SearchState
 from agents.search.records import log_attempt, note_best, record_outcome
 from agents.task import SourceFile
 from memory.logbook import Attempt, Logbook, plan_key
 from memory.normalize import source_hash
-
-if TYPE_CHECKING:
-    from agents.search.beam import Search
 
 RECALLED = "Recalled from memory: "
 """Put before the recalled plan's title, so the trajectory and the progress (which cuts long
@@ -54,13 +51,13 @@ def plan_of(attempt: Attempt) -> Plan:
     return Plan(found["title"], found["method"], details, skill_id=skill)
 
 
-async def recall_best(search: Search, state: SearchState) -> None:
+async def recall_best(run: SearchRun, state: SearchState) -> None:
     """Re-verify memory's fastest verified rewrite of this task on fresh inputs; a kernel
     that passes joins the beam (and may be the run's best), one that fails is said so."""
-    logbook = search.memory.logbook
-    if logbook is None or search._should_stop(calls=False):
+    logbook = run.memory.logbook
+    if logbook is None or run.should_stop(calls=False):
         return
-    best = logbook.best(search.task_id)
+    best = logbook.best(run.task_id)
     if best is None or best.parent_id is None or (best.speedup or 0.0) <= 1.0:
         return
     source = logbook.source(best.id)
@@ -74,19 +71,19 @@ async def recall_best(search: Search, state: SearchState) -> None:
     plans = [plan_of(attempt) for attempt in chain]
     last = plans[-1]
     plan = replace(last, title=RECALLED + last.title)
-    search.tracker.evaluations += 1
+    run.tracker.evaluations += 1
     state.evaluations += 1
-    tried = len(logbook.attempts(search.task_id))  # fresh inputs on every later run too
+    tried = len(logbook.attempts(run.task_id))  # fresh inputs on every later run too
     options = replace(
-        search.options,
-        seed=search._seed_for(f"{key}#recalled-{tried}"),
+        run.options,
+        seed=run.seed_for(f"{key}#recalled-{tried}"),
         # timed as long as a confirmation: one noisy short timing must not drop memory's best
-        timing_budget_s=max(search.options.timing_budget_s, search.config.confirm_budget_s),
+        timing_budget_s=max(run.options.timing_budget_s, run.config.confirm_budget_s),
     )
     try:
-        result = await search.pool.submit(
-            search.reference, SourceFile(source, "<recalled from memory>"), options,
-            search.cancel.event,
+        result = await run.pool.submit(
+            run.reference, SourceFile(source, "<recalled from memory>"), options,
+            run.cancel.event,
         )  # fmt: skip
     except EvalCancelled:
         return
@@ -94,10 +91,10 @@ async def recall_best(search: Search, state: SearchState) -> None:
     speedup = ranked_speedup(result)  # an unstable timing ranks as 1.0 at most
     reason = "; ".join(result.reasons)[:300]
     attempt_id = log_attempt(
-        search, last, source, best.parent_id, result.verdict.value, speedup, reason, 0
+        run, last, source, best.parent_id, result.verdict.value, speedup, reason, 0
     )
     record_outcome(
-        search, state, plan, 0, 0, result.verdict.value, speedup, reason,
+        run, state, plan, 0, 0, result.verdict.value, speedup, reason,
         result=result, source=source,
     )  # fmt: skip
     if speedup is None or speedup <= 1.0:
@@ -120,5 +117,5 @@ async def recall_best(search: Search, state: SearchState) -> None:
         result=result,
         ci=result.speedup_ci,
     )
-    state.beam = sorted([*state.beam, node], key=lambda n: -n.speedup)[: search.config.beam]
-    note_best(search, state, node, plan.title)
+    state.beam = sorted([*state.beam, node], key=lambda n: -n.speedup)[: run.config.beam]
+    note_best(run, state, node, plan.title)

@@ -3,22 +3,18 @@ and the logbook entry that keeps a failed attempt from being repeated."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agents.roles.base import Plan
 from agents.search import events as ev
+from agents.search.context import SearchRun
 from agents.search.fates import CandidateFate, Fate, fate_of_verdict
 from agents.search.nodes import Node, SearchState
 from agents.search.result import TrajectoryPoint
 from agents.verify.verdict import EvalResult
 from memory.normalize import source_hash
 
-if TYPE_CHECKING:
-    from agents.search.beam import Search
-
 
 def record_outcome(
-    search: Search,
+    run: SearchRun,
     state: SearchState,
     plan: Plan,
     sample: int,
@@ -64,11 +60,11 @@ def record_outcome(
                 verdict=verdict,
                 speedup=None if speedup is None else round(speedup, 4),
                 best_speedup=round(best, 4),
-                elapsed_s=round(search.tracker.elapsed_s(), 2),
+                elapsed_s=round(run.tracker.elapsed_s(), 2),
                 reason=reason if verdict != "correct" else "",
             )
         )
-    search.emit(
+    run.emit(
         ev.CandidateEvaluated(
             iteration=state.iteration,
             plan=plan.title,
@@ -83,7 +79,7 @@ def record_outcome(
 
 
 def log_attempt(
-    search: Search,
+    run: SearchRun,
     plan: Plan,
     source: str | None,
     parent_id: int | None,
@@ -94,11 +90,11 @@ def log_attempt(
 ) -> int | None:
     """The attempt in the short-term logbook (KernelSkill's), so a failed plan is not
     tried again; its id, or None without a logbook."""
-    if search.memory.logbook is None:
+    if run.memory.logbook is None:
         return None
     text = plan.text()  # a repair's history is its parent chain, not its plan text
-    attempt = search.memory.logbook.record(
-        search.task_id,
+    attempt = run.memory.logbook.record(
+        run.task_id,
         verdict=verdict,
         source=source,
         source_hash=None if source is not None else source_hash(f"{plan.text()}#{sample}"),
@@ -112,11 +108,11 @@ def log_attempt(
 
 
 def record_unjudged(
-    search: Search, state: SearchState, plan: Plan, sample: int, repair: int
+    run: SearchRun, state: SearchState, plan: Plan, sample: int, repair: int
 ) -> None:
     """A sample that was never judged: the budget or a cancel stopped it, or the executor's
     model call failed and left no code."""
-    stop = search._stop_reason
+    stop = run.stop_reason
     state.fates.judged(
         CandidateFate(
             plan=plan.title,
@@ -134,13 +130,13 @@ def record_unjudged(
     )
 
 
-def note_best(search: Search, state: SearchState, node: Node, title: str) -> None:
+def note_best(run: SearchRun, state: SearchState, node: Node, title: str) -> None:
     """`node` becomes the run's best when it beats it, and the user is told: one place for
     every way a kernel enters the beam (a plan's sample, memory's recalled best)."""
     if node.speedup <= state.best.speedup:
         return
     state.best = node
-    search.emit(
+    run.emit(
         ev.NewBest(
             iteration=state.iteration,
             speedup=round(node.speedup, 4),
