@@ -109,6 +109,11 @@ class JailPlan:
             self.stage_dir = None
 
 
+SHIPPED_PACKAGES = ("agents", "memory")
+"""The project's packages a sandboxed child may import: agents/, and memory/ below it (the
+offline child's triton-gemm pass reads memory/tuning.py on CUDA). Never server/."""
+
+
 def project_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
@@ -403,8 +408,8 @@ def plan_command(
     if jail.has("--perms"):
         command += ["--perms", "01777"]
     command += [*_sized(jail, tmpfs_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
-    agents = str(project_root() / "agents")
-    extra = [*python_paths(), *tool_paths(), *read_only, agents]
+    packages = [str(project_root() / name) for name in SHIPPED_PACKAGES]
+    extra = [*python_paths(), *tool_paths(), *read_only, *packages]
     for path in _outermost(p for p in extra if not _under(os.path.realpath(p), "/usr")):
         command += ["--ro-bind", source(path), path]
     for path in [workdir, *([cache_dir] if cache_dir is not None else [])]:

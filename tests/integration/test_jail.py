@@ -362,6 +362,30 @@ def test_torch_works_inside(tmp_path):
 
 
 @requires_jail
+def test_the_children_can_import_agents_and_memory_but_not_server(tmp_path):
+    """The offline child's CUDA path imports memory/tuning.py (triton-gemm's remembered
+    tiles): memory/ must be bound beside agents/, and server/ never."""
+    import agents.sandbox.jail as jail_module
+
+    run = run_payload(
+        f"""
+        import importlib
+        sys.path[0:0] = [{str(jail_module.project_root())!r}]
+        import memory.tuning, agents.offline.passes.triton_gemm_tuning
+        out["memory"] = memory.tuning.__name__
+        try:
+            importlib.import_module("server.app")
+            out["server"] = "imported"
+        except ImportError:
+            out["server"] = "absent"
+        """,
+        tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.report == {"memory": "memory.tuning", "server": "absent"}
+
+
+@requires_jail
 @pytest.mark.slow
 def test_compilers_work_inside_within_the_process_cap(tmp_path):
     """load_inline (g++ through ninja) and torch.compile (Inductor's C++ backend) work with
