@@ -252,7 +252,7 @@ def prepare_writable(jail: Jail, paths: Iterable[Path]) -> None:
 
 def python_paths() -> list[str]:
     """This interpreter, its prefixes and its import path: the child runs the same Python.
-    Left out: the project root and its ancestors (only its `agents` package is bound), and
+    Left out: the project root and its ancestors (only SHIPPED_PACKAGES are bound), and
     what `python -I` never puts on the child's path: sys.path[0] (the parent's script
     directory or working directory, a user's home perhaps) and the user site-packages."""
     root = str(project_root())
