@@ -10,6 +10,7 @@ does propagate: the search decides what a failed call means.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable
 from typing import ClassVar, TypeVar
@@ -32,20 +33,29 @@ class ForbiddenPlanError(Exception):
     """The plan applies a skill the gate forbade; it is dropped, not retried."""
 
 
+class _Default(enum.Enum):
+    ROLE = "the role's own"
+
+
 class _LLMRole:
+    """A role's output limit and temperature default to its class's `MAX_TOKENS` and
+    `TEMPERATURE`; a temperature of None sends none (the provider's default)."""
+
     role: ClassVar[str]
+    MAX_TOKENS: ClassVar[int] = 4096
+    TEMPERATURE: ClassVar[float | None] = None
 
     def __init__(
         self,
         model: ChatModel,
         meter: CostMeter,
-        max_tokens: int = 4096,
-        temperature: float | None = None,
+        max_tokens: int | None = None,
+        temperature: float | _Default | None = _Default.ROLE,
     ) -> None:
         self.model = model
         self.meter = meter
-        self.max_tokens = max_tokens
-        self.temperature = temperature
+        self.max_tokens = self.MAX_TOKENS if max_tokens is None else max_tokens
+        self.temperature = self.TEMPERATURE if temperature is _Default.ROLE else temperature
         self.label = model.label
 
     async def _chat(self, system: SystemPrompt, messages: list[Message]) -> ChatReply:
@@ -92,15 +102,8 @@ class LLMPlanner(_LLMRole):
     """Proposes one single-method plan per call (KernelSkill's one-method rule)."""
 
     role = "planner"
-
-    def __init__(
-        self,
-        model: ChatModel,
-        meter: CostMeter,
-        max_tokens: int = 2048,
-        temperature: float | None = 0.8,
-    ) -> None:
-        super().__init__(model, meter, max_tokens, temperature)
+    MAX_TOKENS = 2048
+    TEMPERATURE = 0.8
 
     async def plan(self, context: PlanningContext) -> Plan | None:
         system, user = prompts.planner_prompt(context)
@@ -131,15 +134,8 @@ class LLMExecutor(_CodeRole):
     """Realises a plan as a complete ModelNew module."""
 
     role = "executor"
-
-    def __init__(
-        self,
-        model: ChatModel,
-        meter: CostMeter,
-        max_tokens: int = 8192,
-        temperature: float | None = 0.3,
-    ) -> None:
-        super().__init__(model, meter, max_tokens, temperature)
+    MAX_TOKENS = 8192
+    TEMPERATURE = 0.3
 
     async def implement(self, context: PlanningContext, plan: Plan, sample: int) -> Candidate:
         system, user = prompts.executor_prompt(context, plan, sample)
@@ -150,15 +146,8 @@ class LLMRepairer(_CodeRole):
     """Fixes a failed candidate from its verdict and trimmed error log."""
 
     role = "repairer"
-
-    def __init__(
-        self,
-        model: ChatModel,
-        meter: CostMeter,
-        max_tokens: int = 8192,
-        temperature: float | None = 0.2,
-    ) -> None:
-        super().__init__(model, meter, max_tokens, temperature)
+    MAX_TOKENS = 8192
+    TEMPERATURE = 0.2
 
     async def repair(
         self,
@@ -177,15 +166,8 @@ class LLMSummarizer(_LLMRole):
     """Turns a slow/fast pair into a reusable lesson (AccelOpt's optimization memory)."""
 
     role = "summarizer"
-
-    def __init__(
-        self,
-        model: ChatModel,
-        meter: CostMeter,
-        max_tokens: int = 1024,
-        temperature: float | None = 0.2,
-    ) -> None:
-        super().__init__(model, meter, max_tokens, temperature)
+    MAX_TOKENS = 1024
+    TEMPERATURE = 0.2
 
     async def summarize(
         self, slow_source: str, fast_source: str, gain: float, plan: str, regression: bool
