@@ -49,7 +49,16 @@ def _shape_rules(rank, size):
 
 def _transfer(rank, size, a, b, c, w, out, op, d, e, n, r):
     yield rule(out == T.const(var("v", f64))).then(set_(rank(out)).to(i64(0)))
-    # elementwise, softmax, clamp, normalisation, constant fill: the input's shape
+    yield from _same_shape(rank, size, a, c, w, out, op, d, e, n, r)
+    yield from _binary(rank, size, a, b, out, op, d, n, r)
+    yield from _reductions(rank, size, a, out, op, d, e, n, r)
+    yield from _linear_maps(rank, size, a, b, c, w, out, d, e, n, r)
+    yield from _views(rank, size, a, out, d, e, n, r)
+    yield from _transfer_more(rank, size, a, w, out, d, e, n, r)
+
+
+def _same_shape(rank, size, a, c, w, out, op, d, e, n, r):
+    """Elementwise, softmax, clamp, normalisation, constant fill: the input's shape."""
     for same in (
         out == T.un(op, a),
         out == T.soft(op, a, d),
@@ -59,7 +68,10 @@ def _transfer(rank, size, a, b, c, w, out, op, d, e, n, r):
     ):
         yield rule(same, rank(a) == r).then(set_(rank(out)).to(r))
         yield rule(same, size(a, d) == n).then(set_(size(out, d)).to(n))
-    # binary: a scalar keeps the other side's shape; equal ranks combine known sizes
+
+
+def _binary(rank, size, a, b, out, op, d, n, r):
+    """Binary: a scalar keeps the other side's shape; equal ranks combine known sizes."""
     yield rule(out == T.bin(op, a, T.const(var("s", f64))), rank(a) == r).then(
         set_(rank(out)).to(r)
     )
@@ -82,7 +94,10 @@ def _transfer(rank, size, a, b, c, w, out, op, d, e, n, r):
     yield rule(
         out == T.bin(op, a, b), rank(a) == rank(b), size(a, d) == n, size(b, d) == i64(1)
     ).then(set_(size(out, d)).to(n))
-    # reductions
+
+
+def _reductions(rank, size, a, out, op, d, e, n, r):
+    """Reductions: keepdim leaves a 1 where the dim was, otherwise the dim goes."""
     yield rule(out == T.red(op, a, d, Bool(True)), rank(a) == r).then(
         set_(rank(out)).to(r), set_(size(out, d)).to(i64(1))
     )
@@ -96,7 +111,10 @@ def _transfer(rank, size, a, b, c, w, out, op, d, e, n, r):
     yield rule(out == T.red(op, a, d, Bool(False)), size(a, e) == n, e > d).then(
         set_(size(out, e - 1)).to(n)
     )
-    # linear maps and convolutions: the input's rank, the weight's output size
+
+
+def _linear_maps(rank, size, a, b, c, w, out, d, e, n, r):
+    """Linear maps and convolutions: the input's rank, the weight's output size."""
     yield rule(out == T.linear(a, w, c), rank(a) == r).then(set_(rank(out)).to(r))
     yield rule(out == T.linear(a, w, c), rank(a) == r, size(w, i64(0)) == n).then(
         set_(size(out, r - 1)).to(n)
@@ -121,7 +139,10 @@ def _transfer(rank, size, a, b, c, w, out, op, d, e, n, r):
     yield rule(out == T.conv(a, w, c, e), rank(a) == r).then(set_(rank(out)).to(r))
     yield rule(out == T.conv(a, w, c, e), size(w, i64(0)) == n).then(set_(size(out, i64(1))).to(n))
     yield rule(out == T.conv(a, w, c, e), size(a, i64(0)) == n).then(set_(size(out, i64(0))).to(n))
-    # views
+
+
+def _views(rank, size, a, out, d, e, n, r):
+    """Views: transposes, unsqueezes and squeezes move or add dims of size 1."""
     yield rule(out == T.transpose(a, d, e), rank(a) == r).then(set_(rank(out)).to(r))
     yield rule(out == T.transpose(a, d, e), size(a, d) == n).then(set_(size(out, e)).to(n))
     yield rule(out == T.transpose(a, d, e), size(a, e) == n).then(set_(size(out, d)).to(n))
@@ -136,7 +157,6 @@ def _transfer(rank, size, a, b, c, w, out, op, d, e, n, r):
     yield rule(out == T.squeeze(a, d), rank(a) == r).then(set_(rank(out)).to(r - 1))
     yield rule(out == T.squeeze(a, d), size(a, e) == n, e < d).then(set_(size(out, e)).to(n))
     yield rule(out == T.squeeze(a, d), size(a, e) == n, e > d).then(set_(size(out, e - 1)).to(n))
-    yield from _transfer_more(rank, size, a, w, out, d, e, n, r)
 
 
 def _transfer_more(rank, size, a, w, out, d, e, n, r):

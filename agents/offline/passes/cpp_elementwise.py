@@ -325,13 +325,27 @@ def cpp_source(epilogue: _Epilogue) -> str:
     leaves, scalars = epilogue.leaves, epilogue.scalars
     params = [f"torch::Tensor l{k}" for k in range(len(leaves))]
     params += [f"double s{k}" for k in range(len(scalars))]
+    block = next((leaf.block for leaf in leaves if leaf.layout == "block"), None)
     lines = [
         "#include <torch/extension.h>",
         "#include <algorithm>",
         "#include <cmath>",
         "",
         f"torch::Tensor run({', '.join(params)}) {{",
+        *_operands(epilogue, block, rank),
+        *_loop(_body(epilogue, "i", "c"), block, rank),
+        "    return out;",
+        "}",
+        "",
     ]
+    return "\n".join(lines)
+
+
+def _operands(epilogue: _Epilogue, block: tuple[int, int] | None, rank: int) -> list[str]:
+    """The checks that each operand is what the kernel was compiled for, the output, and
+    the pointers and constants the loop reads."""
+    leaves, scalars = epilogue.leaves, epilogue.scalars
+    lines: list[str] = []
     for k in range(len(leaves)):
         lines.append(
             f"    TORCH_CHECK(l{k}.device().is_cpu() && l{k}.scalar_type() == torch::kFloat && "
@@ -340,7 +354,6 @@ def cpp_source(epilogue: _Epilogue) -> str:
     out = "l0" if epilogue.in_place else "torch::empty_like(l0)"
     lines += [f"    torch::Tensor out = {out};", "    const int64_t n = out.numel();"]
     lines.append("    float* __restrict__ po = out.data_ptr<float>();")
-    block = next((leaf.block for leaf in leaves if leaf.layout == "block"), None)
     if block:
         first, last = block
         lines.append(
@@ -364,14 +377,20 @@ def cpp_source(epilogue: _Epilogue) -> str:
     lines += [
         f"    const float v{k} = p{k}[0];" for k, leaf in enumerate(leaves) if leaf.layout == "one"
     ]
-    body = _body(epilogue, "i", "c")
+    return lines
+
+
+def _loop(body: list[str], block: tuple[int, int] | None, rank: int) -> list[str]:
+    """The OpenMP loop over the output that runs `body` for each element `i`."""
     if block is None:
-        lines.append("#pragma omp parallel for simd schedule(static) if(n >= 32768)")
-        lines.append("    for (int64_t i = 0; i < n; ++i) {")
-        lines += [f"        {line}" for line in body]
-        lines.append("    }")
-    elif block[1] == rank - 1:  # the broadcast dims are the innermost: vectorise along them
-        lines += [
+        return [
+            "#pragma omp parallel for simd schedule(static) if(n >= 32768)",
+            "    for (int64_t i = 0; i < n; ++i) {",
+            *(f"        {line}" for line in body),
+            "    }",
+        ]
+    if block[1] == rank - 1:  # the broadcast dims are the innermost: vectorise along them
+        return [
             "    const int64_t rows = n / count;",
             "#pragma omp parallel for schedule(static) if(n >= 32768)",
             "    for (int64_t r = 0; r < rows; ++r) {",
@@ -383,24 +402,21 @@ def cpp_source(epilogue: _Epilogue) -> str:
             "        }",
             "    }",
         ]
-    else:  # per-channel values are constant along the inner dims
-        lines += [
-            "    int64_t inner = 1;",
-            f"    for (int64_t d = {block[1] + 1}; d < {rank}; ++d) inner *= out.size(d);",
-            "    const int64_t rows = n / inner;",
-            "#pragma omp parallel for schedule(static) if(n >= 32768)",
-            "    for (int64_t r = 0; r < rows; ++r) {",
-            "        const int64_t c = r % count;",
-            "        const int64_t base = r * inner;",
-            "#pragma omp simd",
-            "        for (int64_t j = 0; j < inner; ++j) {",
-            "            const int64_t i = base + j;",
-            *(f"            {line}" for line in body),
-            "        }",
-            "    }",
-        ]
-    lines += ["    return out;", "}", ""]
-    return "\n".join(lines)
+    return [  # per-channel values are constant along the inner dims
+        "    int64_t inner = 1;",
+        f"    for (int64_t d = {block[1] + 1}; d < {rank}; ++d) inner *= out.size(d);",
+        "    const int64_t rows = n / inner;",
+        "#pragma omp parallel for schedule(static) if(n >= 32768)",
+        "    for (int64_t r = 0; r < rows; ++r) {",
+        "        const int64_t c = r % count;",
+        "        const int64_t base = r * inner;",
+        "#pragma omp simd",
+        "        for (int64_t j = 0; j < inner; ++j) {",
+        "            const int64_t i = base + j;",
+        *(f"            {line}" for line in body),
+        "        }",
+        "    }",
+    ]
 
 
 def _body(epilogue: _Epilogue, flat: str, channel: str) -> list[str]:
