@@ -70,7 +70,7 @@ SMOKE = (
     "integration/test_cli.py::test_cheat_exits_one_with_reasons",
     "integration/test_sandbox.py::test_candidate_cannot_read_a_credential",
     "integration/test_sandbox.py::test_parent_survives_a_child_that_kills_its_own_process_group",
-    "integration/test_evalpool.py::test_killed_worker_becomes_a_runtime_error_not_a_hang",
+    "integration/test_evalpool.py::test_cancel_all_drains_the_queue_without_leftovers",
     "integration/test_search.py::test_the_cost_budget_stops_the_search",
     "integration/test_memory_cli.py::test_memory_commands_round_trip_through_json",
     "integration/test_serve_command.py::test_serve_help_names_the_servers_own_flags",
