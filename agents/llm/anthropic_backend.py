@@ -9,16 +9,13 @@ retries are off: `retry.call_with_retries` retries, counts and explains instead.
 from __future__ import annotations
 
 import inspect
-import random
 from typing import Any
 
 import anthropic
 
 from agents.llm.base import ChatReply, Message, SystemPrompt, Usage
-from agents.llm.config import LLMConfig, missing_key_error, sdk_base_url
-from agents.llm.pricing import PriceTable
+from agents.llm.config import sdk_base_url
 from agents.llm.replies import count, unusable_reply
-from agents.llm.retry import RetryPolicy, Sleep
 from agents.llm.sdk_chat import SdkChat, SdkErrors
 
 # Newer SDKs (2.x) dropped `temperature` from messages.create, as the newest models refuse
@@ -31,6 +28,7 @@ SDK_TAKES_TEMPERATURE = (
 class AnthropicChat(SdkChat):
     """A `ChatModel` for one Claude model; at most `config.max_concurrency` requests at once."""
 
+    backend = "anthropic"
     errors = SdkErrors(
         status=anthropic.APIStatusError,
         timeout=anthropic.APITimeoutError,
@@ -38,26 +36,12 @@ class AnthropicChat(SdkChat):
         base=anthropic.AnthropicError,
     )
 
-    def __init__(
-        self,
-        config: LLMConfig,
-        api_key: str | None,
-        prices: PriceTable | None = None,
-        *,
-        sleep: Sleep | None = None,
-        rng: random.Random | None = None,
-        policy: RetryPolicy | None = None,
-    ) -> None:
-        if config.backend != "anthropic":
-            raise ValueError(f"AnthropicChat needs backend 'anthropic', not {config.backend!r}")
-        if not api_key:
-            raise missing_key_error("anthropic", config.api_key_env)
-        super().__init__(config, prices, sleep=sleep, rng=rng, policy=policy)
-        self._client = anthropic.AsyncAnthropic(
+    def _make_client(self, api_key: str) -> anthropic.AsyncAnthropic:
+        return anthropic.AsyncAnthropic(
             api_key=api_key,
-            base_url=sdk_base_url("anthropic", config.base_url),
+            base_url=sdk_base_url("anthropic", self.config.base_url),
             max_retries=0,
-            timeout=config.timeout_s,
+            timeout=self.config.timeout_s,
         )
 
     async def chat(

@@ -7,16 +7,13 @@ only api.openai.com itself insists on one. Cached prompt tokens reported in
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import openai
 
 from agents.llm.base import ChatReply, Message, SystemPrompt, Usage
-from agents.llm.config import LLMConfig, missing_key_error, sdk_base_url
-from agents.llm.pricing import PriceTable
+from agents.llm.config import sdk_base_url
 from agents.llm.replies import count, unusable_reply
-from agents.llm.retry import RetryPolicy, Sleep
 from agents.llm.sdk_chat import SdkChat, SdkErrors
 
 PLACEHOLDER_KEY = "not-needed"
@@ -25,6 +22,7 @@ PLACEHOLDER_KEY = "not-needed"
 class OpenAIChat(SdkChat):
     """A `ChatModel` over chat.completions; at most `config.max_concurrency` requests at once."""
 
+    backend = "openai"
     errors = SdkErrors(
         status=openai.APIStatusError,
         timeout=openai.APITimeoutError,
@@ -32,28 +30,18 @@ class OpenAIChat(SdkChat):
         base=openai.OpenAIError,
     )
 
-    def __init__(
-        self,
-        config: LLMConfig,
-        api_key: str | None,
-        prices: PriceTable | None = None,
-        *,
-        sleep: Sleep | None = None,
-        rng: random.Random | None = None,
-        policy: RetryPolicy | None = None,
-    ) -> None:
-        if config.backend != "openai":
-            raise ValueError(f"OpenAIChat needs backend 'openai', not {config.backend!r}")
-        if not api_key:
-            if not config.base_url:
-                raise missing_key_error("openai", config.api_key_env)
-            api_key = PLACEHOLDER_KEY
-        super().__init__(config, prices, sleep=sleep, rng=rng, policy=policy)
-        self._client = openai.AsyncOpenAI(
+    def _usable_key(self, api_key: str | None) -> str:
+        """A local server needs no key: with a base_url a placeholder is sent."""
+        if not api_key and self.config.base_url:
+            return PLACEHOLDER_KEY
+        return super()._usable_key(api_key)
+
+    def _make_client(self, api_key: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(
             api_key=api_key,
-            base_url=sdk_base_url("openai", config.base_url),
+            base_url=sdk_base_url("openai", self.config.base_url),
             max_retries=0,
-            timeout=config.timeout_s,
+            timeout=self.config.timeout_s,
         )
 
     async def chat(

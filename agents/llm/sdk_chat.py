@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from agents.llm.base import ChatReply, EmptyReplyError, Usage
-from agents.llm.config import LLMConfig, shown_url
+from agents.llm.config import LLMConfig, missing_key_error, shown_url
 from agents.llm.pricing import Price, PriceTable, cost_usd, default_prices, find_price
 from agents.llm.replies import empty_reply_message
 from agents.llm.retry import Failure, RetryPolicy, Sleep, call_with_retries, sdk_failure
@@ -30,28 +31,43 @@ class SdkErrors:
     base: type[Exception]
 
 
-class SdkChat:
-    """A `ChatModel`'s common part; a backend sets `errors` and `_client` and builds the
-    request. At most `config.max_concurrency` requests at once."""
+class SdkChat(ABC):
+    """A `ChatModel`'s common part; a backend names its `backend` and SDK `errors`, makes
+    its client and builds the request. At most `config.max_concurrency` requests at once."""
 
+    backend: ClassVar[str]
     errors: ClassVar[SdkErrors]
-    _client: Any  # the SDK's async client
 
     def __init__(
         self,
         config: LLMConfig,
-        prices: PriceTable | None,
+        api_key: str | None,
+        prices: PriceTable | None = None,
         *,
-        sleep: Sleep | None,
-        rng: random.Random | None,
-        policy: RetryPolicy | None,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+        policy: RetryPolicy | None = None,
     ) -> None:
+        if config.backend != self.backend:
+            name = type(self).__name__
+            raise ValueError(f"{name} needs backend {self.backend!r}, not {config.backend!r}")
         self.config = config
+        self._client = self._make_client(self._usable_key(api_key))
         self._prices = default_prices() if prices is None else prices
         self._policy = policy or RetryPolicy(max_attempts=config.max_attempts)
         self._sleep = sleep
         self._rng = rng
         self._limit = asyncio.Semaphore(config.max_concurrency)
+
+    def _usable_key(self, api_key: str | None) -> str:
+        """The key to send; MissingAPIKeyError (saying how to set one) where none will do."""
+        if not api_key:
+            raise missing_key_error(self.backend, self.config.api_key_env)
+        return api_key
+
+    @abstractmethod
+    def _make_client(self, api_key: str) -> Any:
+        """The SDK's async client, its own retries off (`call_with_retries` retries)."""
 
     @property
     def label(self) -> str:
