@@ -28,29 +28,14 @@ from agents.roles import prompts
 from agents.roles.base import PlanningContext
 from agents.roles.llm_roles import LLMPlanner
 from agents.search.budget import Budget, BudgetTracker
-from tests.conftest import ROOT
+from tests.conftest import CANDIDATES, ROOT
 from tests.llm_server import ScriptedLLMServer, ScriptedReply, ScriptedRequest
 
 PROBLEM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
 FAST = ("--no-profile", "--no-jail", "--no-memory", "--threads", "1", "--timing-budget", "0.3")
 OPTIMIZE = (sys.executable, "-m", "agents", "optimize", str(PROBLEM))
 PLANNER_OUTPUT = 2048  # LLMPlanner's max_tokens: the most one planning call may add
-SAME = """import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, input_size, hidden_size, scaling_factor):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(hidden_size, input_size))
-        self.scaling_factor = scaling_factor
-
-    def forward(self, x):
-        x = torch.matmul(x, self.weight.T)
-        x = x / 2
-        x = torch.sum(x, dim=1, keepdim=True)
-        return x * self.scaling_factor
-"""
+SAME = (CANDIDATES / "gemm_sum_same.py").read_text()
 
 
 def reply(text: str, request: ScriptedRequest) -> ScriptedReply:

@@ -17,27 +17,12 @@ from agents.llm.factory import make_chat_model
 from agents.roles.base import Plan, PlanningContext
 from agents.roles.extract import extract_module
 from agents.roles.llm_roles import LLMExecutor, LLMRepairer
-from tests.conftest import ROOT
+from tests.conftest import CANDIDATES, ROOT
 from tests.llm_server import ScriptedLLMServer, ScriptedReply, ScriptedRequest
 
 PROBLEM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
 PLANTED = (ROOT / "examples" / "gemm_divide_sum_scale_new.py").read_text()
-ORIGINAL = """import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, input_size, hidden_size, scaling_factor):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(hidden_size, input_size))
-        self.scaling_factor = scaling_factor
-
-    def forward(self, x):
-        x = torch.matmul(x, self.weight.T)
-        x = x / 2
-        x = torch.sum(x, dim=1, keepdim=True)
-        return x * self.scaling_factor
-"""
+ORIGINAL = (CANDIDATES / "gemm_sum_same.py").read_text()
 PLAN = Plan(
     title="Sum the weight rows before the GEMM",
     method="reduce-before-gemm",

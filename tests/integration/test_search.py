@@ -28,7 +28,7 @@ from agents.task import SourceFile
 from memory.experiences import ExperienceStore
 from memory.logbook import Logbook
 from memory.store import MemoryStore
-from tests.conftest import ROOT
+from tests.conftest import CANDIDATES, ROOT
 from tests.llm_server import ScriptedLLMServer, ScriptedReply, ScriptedRequest
 
 PROBLEM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
@@ -37,22 +37,7 @@ PLANTED = (ROOT / "examples" / "gemm_divide_sum_scale_new.py").read_text()
 BROKEN = PLANTED.replace("self.weight.sum(dim=0)", "self.weight.sum(dim=1)")
 BROKEN_SCALE = PLANTED.replace("(self.scaling_factor / 2)", "(self.scaling_factor / 3)")
 # A correct rewrite that is no faster: the same ops, under another name.
-SAME = """import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, input_size, hidden_size, scaling_factor):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(hidden_size, input_size))
-        self.scaling_factor = scaling_factor
-
-    def forward(self, x):
-        x = torch.matmul(x, self.weight.T)
-        x = x / 2
-        x = torch.sum(x, dim=1, keepdim=True)
-        return x * self.scaling_factor
-"""
+SAME = (CANDIDATES / "gemm_sum_same.py").read_text()
 # A correct rewrite that is clearly slower (the GEMM three times), so that no timing noise on a
 # loaded machine can make it look faster.
 SLOWER = SAME.replace(
