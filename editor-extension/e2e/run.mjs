@@ -295,6 +295,26 @@ async function main() {
 
   const ready = await until("the rewrite offer", () => notifications().find((t) => t.includes("rewrite ready")), undefined, JOB_TIMEOUT_MS);
   log(`offer: ${ready}`);
+  // the job's end reaches the status bar by the server's push (kernelAgent/jobsChanged): the
+  // extension does not poll
+  const idle = await until("the status bar without a running job", () => {
+    const texts = [...document.querySelectorAll(".statusbar-item")].map((e) => e.textContent);
+    return !texts.some((t) => /\d+ jobs?/.test(t)) && texts.find((t) => t.includes("Kernel Agent"));
+  }, undefined, 15_000);
+  log(`status bar after the job: ${idle}`);
+  // the offer's own "Show diff": the server sends a kernel-agent-rewrite: URI, which the
+  // extension opens as its side-by-side diff (no temporary diff file to parse)
+  await clickText("the offer's Show diff button", ".notification-toast .monaco-button", "Show diff", 15_000);
+  await page.waitForSelector(".monaco-diff-editor", { visible: true, timeout: 30_000 });
+  await until("the rewrite in the offer's diff", () => [...document.querySelectorAll(".monaco-diff-editor .editor.modified .view-line")].some((l) => l.textContent.replace(/\s/g, " ").includes("sum(")), undefined, 30_000);
+  log("the offer's Show diff opened the side-by-side diff");
+  await shot("offer-show-diff");
+  // back to the Python file (quick open reveals its editor; the diff stays open and the lens
+  // reveals it again below)
+  await quickInput(path.basename(target));
+  await until("quick open's match", (n) => [...document.querySelectorAll(".quick-input-list .monaco-list-row")].some((r) => r.textContent.includes(n)), path.basename(target));
+  await page.keyboard.press("Enter");
+  await until("the editor again", () => [...document.querySelectorAll(".monaco-editor:not(.modified-in-monaco-diff-editor):not(.original-in-monaco-diff-editor) .view-line")].some((l) => l.textContent.replace(/\s/g, " ").includes("class Model")) && !document.querySelector(".monaco-diff-editor")?.getClientRects().length, undefined, 15_000);
   await until("the progress to end", () => !notifications().some((t) => t.startsWith("Kernel Agent: Optimizing")), undefined, 30_000).catch(() => log("progress notification still shown"));
   await until("the Accept lens", () => [...document.querySelectorAll(".codelens-decoration a")].some((a) => a.textContent.startsWith("Accept (")), undefined, 30_000);
   const diagnostics = await until("the hot-line diagnostics", () => document.querySelectorAll(".squiggly-info").length, undefined, 30_000);
