@@ -1,20 +1,16 @@
 """`ast.parse` behind one process-wide lock (why: memory/parsing.py).
 
 Every parse of agents goes through here. The lock is memory's, so that memory's parses and
-agents' never overlap; a sandboxed child and a Ray worker are shipped agents/ alone, and there
-no code of memory parses, so a lock of their own is the same guarantee.
+agents' never overlap (memory/ travels wherever agents/ does: agents.sandbox.jail's
+SHIPPED_PACKAGES).
 """
 
 from __future__ import annotations
 
 import ast
-import threading
 from typing import Any
 
-try:
-    from memory.parsing import PARSE_LOCK as _LOCK
-except ModuleNotFoundError:  # only agents/ is on this process's path
-    _LOCK = threading.RLock()  # re-entrant: a finalizer on this thread may parse too
+from memory.parsing import PARSE_LOCK as _LOCK
 
 
 def parse(source: str, filename: str = "<unknown>", mode: str = "exec", **kwargs: Any) -> Any:

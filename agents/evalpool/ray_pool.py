@@ -10,10 +10,10 @@
   build runs beside it (Ray starts it once the node's running tasks are done).
 
 Both run `agents.evaluate.evaluate` in a Ray worker, which starts the same sandboxed child (jail,
-limits, scrubbed environment) as the local backend. The `agents` package travels in the task's
-`runtime_env` (`py_modules`), so the child, which finds the project through
-`agents.sandbox.process.project_root()`, runs that copy; sources and options are task arguments.
-No credential goes into either.
+limits, scrubbed environment) as the local backend. The `agents` and `memory` packages
+travel in the task's `runtime_env` (`py_modules`), so the child, which finds them through
+`agents.sandbox.jail.shipped_package_dirs()`, runs that copy; sources and options are task
+arguments. No credential goes into either.
 
 A task is a Ray generator: it yields `started` (node, pid, clock), then its result, so
 `building`/`measuring` are sent when the work really starts (on the worker's clock where it is
@@ -45,6 +45,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from agents.evalpool.service import EvalEvent, EventCallback, PoolSettings
 from agents.evaluate import EvalCancelled, EvalError, EvalOptions, evaluate
+from agents.sandbox.jail import SHIPPED_PACKAGES, project_root
 from agents.task import SourceFile
 from agents.verify.verdict import EvalResult, Verdict
 
@@ -53,11 +54,11 @@ CPU_TIMER = "kernel_agent_cpu_timer"
 POLL_S = 0.05
 CANCEL_GRACE_S = 3.0
 """After a polite cancel, how long a running task has before its worker is killed."""
-PACKAGE = Path(__file__).resolve().parents[1]
-"""The `agents` package directory, shipped to the workers (nothing else `evaluate` imports
-from this project: not `memory`, not `server`)."""
+PACKAGES = [str(project_root() / name) for name in SHIPPED_PACKAGES]
+"""The project's packages a sandboxed child may import (agents/ and memory/, never server/),
+shipped to the workers; each lands in a folder of its own there, on PYTHONPATH."""
 RUNTIME_ENV: dict[str, Any] = {
-    "py_modules": [str(PACKAGE)],
+    "py_modules": PACKAGES,
     "excludes": ["__pycache__", "*.pyc"],
 }
 """What the workers need of this project. No env_vars: the child's environment is built by
@@ -98,8 +99,9 @@ def task_runtime_env() -> dict[str, Any]:
         )
     except Exception as error:
         raise EvalError(
-            f"cannot ship the agents package to the Ray workers ({type(error).__name__}: "
-            f"{error}): let the pool start Ray, or call ray.init(runtime_env={RUNTIME_ENV!r})"
+            "cannot ship the agents and memory packages to the Ray workers "
+            f"({type(error).__name__}: {error}): let the pool start Ray, or call "
+            f"ray.init(runtime_env={RUNTIME_ENV!r})"
         ) from None
     env.pop("excludes", None)
     return env

@@ -9,10 +9,9 @@ Times are milliseconds per forward; shares are fractions of the profiled aten op
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from memory.profile_metrics import ProfileMetrics
+from memory.profile_metrics import LineMetric, OpMetric, ProfileMetrics
 
 SCHEMA_VERSION = 1
 BOUNDS = ("memory", "compute", "overhead")
@@ -178,12 +177,7 @@ class Profile:
         return asdict(self)
 
     def metrics(self) -> ProfileMetrics:
-        """What the skill gate (memory/gate.py) reads of this profile, in memory's own types.
-
-        Imported here, not above: the profiler's sandboxed child imports this module and has
-        only agents/ on its path (as have a Ray cluster's workers)."""
-        from memory.profile_metrics import LineMetric, OpMetric, ProfileMetrics
-
+        """What the skill gate (memory/gate.py) reads of this profile, in memory's own types."""
         return ProfileMetrics(
             device=self.device,
             bound=self.roofline.bound,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
+import importlib.util
 import os
 import shutil
 import site
@@ -116,6 +117,21 @@ offline child's triton-gemm pass reads memory/tuning.py on CUDA). Never server/.
 
 def project_root() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+def shipped_package_dirs() -> list[str]:
+    """Where this process finds SHIPPED_PACKAGES: side by side in a checkout; on a Ray worker
+    each in its own py_modules folder, which Ray puts on PYTHONPATH (so `python_paths` binds
+    it and the child's bootstrap restores it). A package this process cannot import is left
+    out: binding a path that does not exist would stop bubblewrap."""
+    found = []
+    for name in SHIPPED_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            found.extend(
+                str(Path(location).resolve()) for location in spec.submodule_search_locations
+            )
+    return found
 
 
 @functools.cache
@@ -408,8 +424,7 @@ def plan_command(
     if jail.has("--perms"):
         command += ["--perms", "01777"]
     command += [*_sized(jail, tmpfs_bytes), "--tmpfs", "/tmp", "--dir", "/tmp/home"]
-    packages = [str(project_root() / name) for name in SHIPPED_PACKAGES]
-    extra = [*python_paths(), *tool_paths(), *read_only, *packages]
+    extra = [*python_paths(), *tool_paths(), *read_only, *shipped_package_dirs()]
     for path in _outermost(p for p in extra if not _under(os.path.realpath(p), "/usr")):
         command += ["--ro-bind", source(path), path]
     for path in [workdir, *([cache_dir] if cache_dir is not None else [])]:

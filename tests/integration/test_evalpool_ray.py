@@ -31,7 +31,7 @@ from agents.evalpool.ray_pool import (  # noqa: E402
 )
 from agents.evaluate import EvalCancelled, EvalError, EvalOptions  # noqa: E402
 from agents.sandbox.env import is_sensitive  # noqa: E402
-from agents.sandbox.jail import find_jail  # noqa: E402
+from agents.sandbox.jail import SHIPPED_PACKAGES, find_jail  # noqa: E402
 from agents.search.beam import Search, SearchConfig, run_search  # noqa: E402
 from agents.search.budget import Budget  # noqa: E402
 from agents.task import SourceFile  # noqa: E402
@@ -158,6 +158,20 @@ def test_mixed_candidates_get_their_verdicts(pool):
     assert [e.verdict for e in events if e.kind == "done"].count("correct") == 1
     assert pool.pending == 0
     assert time.monotonic() - started < 40
+
+
+def test_a_jailed_child_on_a_ray_worker_imports_memory(pool):
+    """memory/ travels beside agents/ (the offline child's triton-gemm pass reads
+    memory/tuning.py), each in its own py_modules folder: the jail binds both where the
+    worker found them, and a candidate importing memory there loads and is judged."""
+    shipped = (  # the job's copy beside agents/, not a checkout the node happens to have
+        "from pathlib import Path\nimport agents, memory.tuning\n"
+        "assert Path(memory.__file__).parents[2] == Path(agents.__file__).parents[2]\n"
+    )
+    candidate = SourceFile(text=shipped + HONEST.text, path="/virtual/imports_memory.py")
+    options = replace(OPTIONS, jail=find_jail() is not None, static_check=False, measure=False)
+    result = asyncio.run(pool.submit(REFERENCE, candidate, options))
+    assert result.verdict is Verdict.CORRECT, result.reasons
 
 
 def test_cpu_timings_never_overlap_on_the_node(pool):
@@ -305,9 +319,9 @@ def test_clusters_that_cannot_run_a_job_are_refused_in_one_line(pool):
         with pytest.raises(EvalError, match="has no GPUs"):
             asyncio.run(pool.submit(REFERENCE, HONEST, replace(OPTIONS, device="cuda")))
         assert time.monotonic() - started < 5
-    # For a Ray initialised elsewhere the package travels per task, as an uploaded URI.
-    (uri,) = task_runtime_env()["py_modules"]
-    assert uri.startswith("gcs://")
+    # For a Ray initialised elsewhere the packages travel per task, as uploaded URIs.
+    uris = task_runtime_env()["py_modules"]
+    assert len(uris) == len(SHIPPED_PACKAGES) and all(uri.startswith("gcs://") for uri in uris)
 
 
 def test_the_beam_search_runs_unchanged_on_the_ray_backend(pool, tmp_path):
