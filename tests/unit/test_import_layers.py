@@ -33,6 +33,38 @@ NEVER_IMPORTS: dict[str, tuple[str, ...]] = {
     "server": AROUND,
 }
 
+# Inside agents/: what a subpackage (or module) must never import (ARCHITECTURE.md's table).
+# The sandbox is the floor every evaluation stands on; the verdict must not depend on the
+# search, the roles or the offline passes it judges; the CLI is a leaf nothing else imports.
+_AGENTS_ENGINE = ("agents.search", "agents.roles", "agents.llm", "agents.offline")
+INNER_NEVER_IMPORTS: dict[str, tuple[str, ...]] = {
+    "agents.sandbox": tuple(
+        f"agents.{name}"
+        for name in (
+            "verify",
+            "evaluate",
+            "evalpool",
+            "search",
+            "roles",
+            "llm",
+            "offline",
+            "profile",
+            "request",
+            "targets",
+            "cli",
+            "bench",
+        )
+    ),
+    "agents.verify": (*_AGENTS_ENGINE, "agents.evalpool", "agents.cli", "agents.targets"),
+    "agents.evaluate": (*_AGENTS_ENGINE, "agents.evalpool", "agents.cli", "agents.targets"),
+    "agents.offline": ("agents.verify", "agents.search", "agents.cli", "agents.request"),
+    "agents.targets": ("agents.sandbox", "agents.verify", "agents.evaluate", "agents.cli"),
+    "agents.request": ("agents.cli",),
+    "agents": ("agents.cli",),
+}
+"""Checked longest prefix first; `agents.cli` and `agents.__main__` may import the CLI."""
+CLI_IMPORTERS = ("agents.cli", "agents.__main__")
+
 
 @dataclass(frozen=True)
 class Import:
@@ -119,6 +151,22 @@ def layer_violations(edges: list[Import]) -> list[str]:
     return found
 
 
+def inner_violations(edges: list[Import]) -> list[str]:
+    found = []
+    for edge in edges:
+        importer = edge.importer
+        if not importer.startswith("agents") or _within(importer, CLI_IMPORTERS):
+            continue
+        rule = max((k for k in INNER_NEVER_IMPORTS if _within(importer, (k,))), key=len)
+        if _within(edge.target, INNER_NEVER_IMPORTS[rule]):
+            found.append(f"{edge.where()}: {importer} imports {edge.target} ({rule} must not)")
+    return found
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's components, iteratively (the graph has hundreds of modules)."""
     index: dict[str, int] = {}
@@ -199,6 +247,26 @@ def import_cycles(edges: list[Import]) -> list[str]:
 def test_no_package_imports_what_its_layer_forbids():
     violations = layer_violations(import_graph())
     assert not violations, "imports against the layers:\n" + "\n".join(violations)
+
+
+def test_no_agents_package_imports_what_its_place_forbids():
+    violations = inner_violations(import_graph())
+    assert not violations, "imports against agents' inner layers:\n" + "\n".join(violations)
+
+
+def test_the_inner_rules_can_fail():
+    edges = [
+        Import("agents.sandbox.launch", "agents.verify.judge", 3),
+        Import("agents.verify.judge", "agents.search.beam", 4),
+        Import("agents.search.beam", "agents.cli.optimize", 5),
+        Import("agents.cli.optimize", "agents.search.beam", 6),
+        Import("agents.verify.judge", "agents.sandbox.launch", 7),
+    ]
+    assert [v.split(": ", 1)[1] for v in inner_violations(edges)] == [
+        "agents.sandbox.launch imports agents.verify.judge (agents.sandbox must not)",
+        "agents.verify.judge imports agents.search.beam (agents.verify must not)",
+        "agents.search.beam imports agents.cli.optimize (agents must not)",
+    ]
 
 
 def test_no_import_cycles_between_modules():
