@@ -106,18 +106,25 @@ def _aa_rounds(rng: numpy.random.Generator, kind: str, rounds: int):
     )
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    rounds=st.integers(10, 60),
-    kind=st.sampled_from(["lognormal", "spikes", "step"]),
-)
-def test_aa_noise_on_a_busy_machine_is_never_reported_faster_than_the_band(seed, rounds, kind):
+def test_aa_noise_on_a_busy_machine_is_almost_never_reported_faster_than_the_band():
     """On a busy machine an A/A ratio beyond the band needs an interval that clears the band
-    itself and two halves on its side: noise from one distribution never gets there."""
-    reference, candidate = _aa_rounds(numpy.random.default_rng(seed), kind, rounds)
-    speedup, verdict = judged(reference, candidate, contention=0.9)
-    assert not (verdict.stable and speedup > BAND), (speedup, verdict)
+    itself and two halves on its side. Noise from one distribution still gets there by
+    chance, rarely: about 1 run in 2,000 when only 10 rounds of very heavy noise
+    (lognormal sigma 0.8) were taken (Hypothesis found seed 26310: 1.81x). So the bound is a
+    rate over 3,000 fixed runs of every kind and length: at most 1 in 1,000 (2 today), and
+    below the quiet rule's own rate on the same runs (10 today)."""
+    busy = quiet = 0
+    runs = 3000
+    for seed in range(runs):
+        kind = ["lognormal", "spikes", "step"][seed % 3]
+        rng = numpy.random.default_rng(seed)
+        reference, candidate = _aa_rounds(rng, kind, 10 + seed % 51)
+        speedup, verdict = judged(reference, candidate, contention=0.9)
+        busy += verdict.stable and speedup > BAND
+        speedup, verdict = judged(reference, candidate)
+        quiet += verdict.stable and speedup > BAND
+    assert busy <= runs / 1000, busy
+    assert busy < quiet, (busy, quiet)
 
 
 def test_aa_noise_on_a_quiet_machine_is_rarely_reported_faster():
