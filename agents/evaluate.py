@@ -34,7 +34,7 @@ from agents.textsafe import clean_text
 from agents.verify.keeper import ReferenceKeeper, reference_key
 from agents.verify.spares import Booting, SpareCandidates, candidate_key, link_cache
 from agents.verify.static_check import check_candidate, uses_low_precision
-from agents.verify.verdict import EvalResult, Verdict
+from agents.verify.verdict import EvalResult, ReviewFindings, Verdict
 from agents.verify.workers import WorkerSettings, WorkerStartFailed, say_hello, start_worker
 
 if TYPE_CHECKING:
@@ -216,6 +216,10 @@ class _Workers:
             return findings, self.candidate_peer.launched.cache_over_quota()
         except WorkerStartFailed as error:
             _raise_if_cancelled(cancel)
+            if self._candidate_cache_burst():
+                # Its source's cache (shared with a concurrent run of the same source, which
+                # filled it) outgrew the quota before it said hello: the source's fault.
+                return ReviewFindings(verdict=Verdict.REJECTED), True
             raise EvalError(f"{error}; try --no-jail to compare") from None
         except ReferenceBroken as error:
             _raise_if_cancelled(cancel)
@@ -224,6 +228,10 @@ class _Workers:
             raise EvalCancelled("cancelled") from None
         finally:
             self._let_go()
+
+    def _candidate_cache_burst(self) -> bool:
+        launched = getattr(self.candidate_peer, "launched", None)
+        return launched is not None and launched.cache_over_quota()
 
     def _start(self, gate) -> None:
         keeper, spares, settings = self.keeper, self.spares, self.settings

@@ -5,6 +5,7 @@ a cache in use or anything outside the root, and nothing of a candidate (files i
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -22,7 +23,7 @@ from agents.sandbox.caches import claim_cache, sweep_caches
 from agents.sandbox.launch import LaunchSpec, Limits, launch
 from agents.sandbox.quota import DirectoryQuota, directory_usage
 from agents.verify.verdict import Verdict
-from tests.conftest import ADVERSARIAL, candidate_source, requires_jail, run_eval
+from tests.conftest import ADVERSARIAL, CANDIDATES, candidate_source, requires_jail, run_eval
 from tests.integration.test_jail import run_payload
 
 OLD = 1000.0  # seconds since a cache's last use: well past the sweep's idle window
@@ -305,3 +306,36 @@ def test_without_the_jail_its_scratch_and_processes_go_and_the_verdict_says_what
     finally:
         for pid in processes_with(mark):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_cache_burst_by_a_concurrent_run_of_the_same_source_is_a_verdict(tmp_path):
+    """Two runs of one source share its cache: when the other run's cache bomb makes this
+    run's fresh worker die before hello, the verdict is the quota's rejection, not an
+    EvalError ("the sandbox failed to start", which failed make test under xdist)."""
+    candidate = (CANDIDATES / "linear_relu_honest.py").read_text()
+    cache_root = tmp_path / "caches"
+    own = cache_root / "build" / hashlib.sha256(candidate.encode()).hexdigest()[:16]
+    stop = threading.Event()
+
+    def the_other_run() -> None:  # keeps writing into the shared cache, as the bomb did
+        while not stop.is_set():
+            own.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                (own / "bomb").write_bytes(b"\0" * (2 << 20))
+            time.sleep(0.02)
+
+    writer = threading.Thread(target=the_other_run, daemon=True)
+    writer.start()
+    try:
+        result = run_eval(
+            "linear_relu.py",
+            candidate_source(candidate),
+            cache_dir=cache_root,
+            jail=False,
+            limits=Limits(address_space_bytes=8 * 1024**3, cache_bytes=1 << 20),
+        )
+    finally:
+        stop.set()
+        writer.join()
+    assert result.verdict is Verdict.REJECTED, (result.verdict, result.reasons)
+    assert any("grew past its quota" in reason for reason in result.reasons), result.reasons
