@@ -18,7 +18,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from agents.targets.model import Target
 from server import lenses as L
 from server.documents import Document
-from server.features.job_outcomes import describe_event, job_failed, job_finished
+from server.job_outcomes import describe_event, job_failed, job_finished
 from server.jobs import Job, JobRefused, JobSpec, JobUpdate
 from server.language_server import RunningJob
 from server.locations import fs_path, insertion_edit

@@ -4,6 +4,6 @@ Each module's `register(ls)` defines its handlers on a server instance (pygls 2 
 handlers on an instance, not on a class); `server.app.create_server` calls them all. The
 handlers' helpers are plain functions whose first parameter is the server, `ls`. A feature
 imports neither `server.app` nor another feature: what several features share (starting and
-following jobs, the rewrite decisions, guards, positions) lives in `server/` beside the app.
-`job_outcomes` is no feature (it registers nothing): what a finished job leaves behind.
+following jobs, what a finished job leaves behind, the rewrite decisions, guards, positions)
+lives in `server/` beside the app.
 """
