@@ -39,12 +39,22 @@ import torch
 
 WIDTH = 4096
 PIECE = 1 << 18
+"""Elements per piece of work on the CPU: a few temporaries of this size stay in its cache."""
+GPU_PIECE = 1 << 22
+"""On a GPU: a piece of 2^18 elements is a few microseconds of work behind a dozen kernel
+launches, so a 2^26-element output took 256 Python rounds, about 40 ms, whose spread (the
+overhead request's interquartile range) hid any call shorter than it (H100, 08_gelu:
+outside 39.5 ms against 0.72 ms by CUDA events). 2^22 keeps each temporary at 16 MB."""
 BAND_SAMPLE = 1 << 10
-"""Elements per piece of work: a few temporaries of this size stay in a CPU's cache."""
 _TWO_PI = 2.0 * math.pi
 _MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9)
 _INT_MULTIPLIER = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
 _INT_KEY = 1 << 62
+
+
+def piece_elements(device: torch.device) -> int:
+    """Elements per piece of work where the values live (PIECE, or GPU_PIECE on a GPU)."""
+    return GPU_PIECE if device.type == "cuda" else PIECE
 
 
 def generator_seed(key: int, position: int) -> int:
@@ -118,8 +128,9 @@ def _pieces(rows, key, position, calls, first, piece_sum) -> torch.Tensor:
     dtype = torch.int64 if integer else work_dtype(flat.dtype)
     table, weights, phases = _draw(key, position, calls, numel, flat.device, dtype)
     width, count = _layout(numel)
-    per_block = max(PIECE // max(numel, 1), 1)
-    piece_rows = max(PIECE // width, 1)
+    piece = piece_elements(flat.device)
+    per_block = max(piece // max(numel, 1), 1)
+    piece_rows = max(piece // width, 1)
     totals = []
     for start in range(0, len(rows), per_block):
         block = rows[start : start + per_block]
@@ -204,7 +215,7 @@ def _sampled_band(rows, key, position, calls, first, scale, tolerance) -> torch.
     picks = torch.randint(0, numel, (BAND_SAMPLE,), generator=generator, device=device)
     column, line = picks % width, picks // width
     weight = (table[0][column] + weights[line, 0]).frac().unsqueeze(0)
-    per_block = max(PIECE // numel, 1)
+    per_block = max(piece_elements(device) // numel, 1)
     totals = []
     for start in range(0, len(rows), per_block):
         block = rows[start : start + per_block]
