@@ -264,3 +264,20 @@ def test_an_opened_call_must_return_the_output_its_reply_committed_to():
     result = run_eval("linear_relu.py", candidate_source(RETURNS_OTHER_BYTES), static_check=False)
     assert result.verdict is Verdict.REJECTED, result.reasons
     assert "committed to another output" in " ".join(result.reasons), result.reasons
+
+
+def test_a_gpu_sized_piece_commits_to_what_cpu_sized_pieces_do(monkeypatch):
+    """The GPU cuts an output into larger pieces than the CPU (GPU_PIECE): the commitment
+    is the same sum in another order, within a hundredth of its band (float32 rounding), so
+    the piece size moves no claim towards the band's edge."""
+    torch.manual_seed(8)
+    outputs = [torch.randn(3 * commitment.PIECE + 999) for _ in range(3)]
+    scales = checksums.commitment_scales(outputs[0])
+    small = checksums.call_checksums(outputs, 21, scales)
+    monkeypatch.setattr(commitment, "PIECE", commitment.GPU_PIECE)
+    large = checksums.call_checksums(outputs, 21, scales)
+    bands = checksums.call_bands(outputs, 21, scales)
+    for first, second, band in zip(small, large, bands, strict=True):
+        assert abs(first["sum"] - second["sum"]) < 0.01 * band, (first, second, band)
+    assert commitment.piece_elements(torch.device("cpu")) == commitment.GPU_PIECE  # patched
+    assert commitment.piece_elements(torch.device("cuda")) == commitment.GPU_PIECE
