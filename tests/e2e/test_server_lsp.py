@@ -121,7 +121,7 @@ async def client(lsp_client: LanguageClient):
 def options(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     return {
         "threads": 1,
-        "timingBudget": 0.3,
+        "timingBudget": 1.0,
         "search": {"maxEvals": 6, "iterations": 1, "plans": 2, "patience": 1},
         "memory": str(tmp_path / "memory.sqlite3"),
         "jail": True,

@@ -25,7 +25,7 @@ from tests.conftest import ROOT
 
 GEMM = ROOT / "bench" / "problems" / "13_gemm_divide_sum_scaling.py"
 SOFTMAX = ROOT / "bench" / "problems" / "17_manual_softmax.py"
-QUICK = {"evaluation.threads": 1, "evaluation.timing_budget": 0.3, "memory.enabled": False}
+QUICK = {"evaluation.threads": 1, "evaluation.timing_budget": 1.0, "memory.enabled": False}
 CANARY = "sk-ant-canary-7f3e9b2c41d04a5e"
 
 SOFTMAX_FUNCTION = '''"""A softmax written by hand, as a plain function."""

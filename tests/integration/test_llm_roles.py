@@ -102,7 +102,7 @@ def test_the_search_gives_the_executor_the_profile_it_measured(tmp_path):
                 *(sys.executable, "-m", "agents", "optimize", str(PROBLEM), "--llm", "anthropic"),
                 *("--base-url", server.anthropic_url, "--beam", "1", "--plans", "1"),
                 *("--samples", "1", "--iters", "1", "--no-memory", "--no-jail", "--threads", "1"),
-                *("--timing-budget", "0.3", "--output", str(tmp_path / "out.py"), "--json"),
+                *("--timing-budget", "1.0", "--output", str(tmp_path / "out.py"), "--json"),
             ],
             capture_output=True,
             text=True,

@@ -37,7 +37,7 @@ def run(tmp: Path, name: str) -> tuple[dict, dict, str]:
         str(PROBLEM),
         "--json",
         "--threads", "1",
-        "--timing-budget", "0.3",
+        "--timing-budget", "1.0",
         "--max-evals", "1",
         "--iters", "1",
         "--memory", str(tmp / "memory.sqlite3"),

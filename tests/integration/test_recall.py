@@ -109,7 +109,7 @@ def test_memory_s_best_that_fails_re_verification_is_said_so(tmp_path):
         )  # fmt: skip
     trajectory = tmp_path / "trajectory.json"
     done = optimize(
-        str(PROBLEM), "--json", "--no-profile", "--threads", "1", "--timing-budget", "0.3",
+        str(PROBLEM), "--json", "--no-profile", "--threads", "1", "--timing-budget", "1.0",
         "--max-evals", "1", "--iters", "1", "--memory", str(memory),
         "--trajectory", str(trajectory), "--output", str(tmp_path / "out.py"),
     )  # fmt: skip

@@ -57,7 +57,7 @@ PLAN_SAME = {
     "skill_id": None,
     "details": "Keep the ops; only restructure the code.",
 }
-FAST = ("--no-profile", "--threads", "1", "--timing-budget", "0.3", "--no-jail")
+FAST = ("--no-profile", "--threads", "1", "--timing-budget", "1.0", "--no-jail")
 
 
 def role_of(request: ScriptedRequest) -> str:
