@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -281,13 +280,12 @@ def run_optimize(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agents.cli.optimize_report import report, write_output
+    from agents.cli.interrupt import Interrupts
     from agents.display import make_console
     from agents.llm.base import LLMError
     from agents.request.run import open_search
     from agents.search.budget import CancelToken
     from agents.search.progress import ProgressView
-    from agents.search.result import plot_trajectory
 
     request = optimize_request(args).resolved()
     path, _ = split_spec(args.file)
@@ -295,29 +293,29 @@ def _run(args: argparse.Namespace) -> int:
     err = make_console(stderr=True, quiet=args.quiet)
     view = ProgressView(err, request.search.iterations, request.budget.max_evals)
     cancel = CancelToken()
-    with open_search(request, on_event=view, cancel=cancel) as job:
-        if job.memory_note:
-            err.print(f"[yellow]memory:[/yellow] {job.memory_note}")
-        previous = signal.getsignal(signal.SIGINT)
+    say = lambda line: err.print(f"[yellow]{line}[/yellow]")  # noqa: E731
+    with Interrupts(cancel, say) as interrupts:
+        with open_search(request, on_event=view, cancel=cancel) as job:
+            if job.memory_note:
+                err.print(f"[yellow]memory:[/yellow] {job.memory_note}")
+            try:
+                with view:
+                    result = job.run()
+            except LLMError as error:
+                print(f"kernel-agent optimize: {error}", file=sys.stderr)
+                return interrupts.exit_code(EXIT_FAILED)
+        _write(args, result, path, request)
+    failed = not result.improved and result.evaluations == 0 and "failed" in result.stopped_because
+    return interrupts.exit_code(EXIT_FAILED if failed else EXIT_DONE)
 
-        def interrupt(signum, frame) -> None:
-            if cancel.cancelled:  # a second Ctrl-C: stop now
-                signal.signal(signal.SIGINT, previous)
-                raise KeyboardInterrupt
-            cancel.cancel()
-            err.print("[yellow]cancelling: keeping the best verified kernel so far[/yellow]")
 
-        signal.signal(signal.SIGINT, interrupt)
-        signal.signal(signal.SIGTERM, interrupt)
-        try:
-            with view:
-                result = job.run()
-        except LLMError as error:
-            print(f"kernel-agent optimize: {error}", file=sys.stderr)
-            return EXIT_FAILED
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _write(args: argparse.Namespace, result, path: Path, request: OptimizeRequest) -> None:
+    """The kernel, the trajectory, the plot and the report: also after a cut or a Ctrl-C,
+    with the best kernel verified so far."""
+    from agents.cli.optimize_report import report, write_output
+    from agents.display import make_console
+    from agents.search.result import plot_trajectory
+
     written = write_output(result, path, args.output, request.target)
     output = written[0] if written else None
     if args.trajectory:
@@ -330,8 +328,6 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(data))
     else:
         report(result, written, request.target, make_console())
-    failed = not result.improved and result.evaluations == 0 and "failed" in result.stopped_because
-    return EXIT_FAILED if failed else EXIT_DONE
 
 
 def _check_writable(args: argparse.Namespace, source: Path) -> None:

@@ -24,6 +24,14 @@ class ProfileError(Exception):
     """Profiling could not give an answer; the message is one line for the user."""
 
 
+class ProblemFailed(ProfileError):
+    """The problem's own code raised (loading it, its inputs or its forward): no profiler,
+    timeout or sandbox trouble, so any run of it would fail the same way."""
+
+
+RAISE_HINT = "raise it with --max-time"
+
+
 def profile_file(
     source: SourceFile,
     *,
@@ -119,15 +127,20 @@ def read_outcome(outcome: ChildOutcome, source: SourceFile, limits: Limits) -> P
     message = outcome.result
     if message is not None:
         if message.get("error"):
-            raise ProfileError(_one_line(str(message["error"])))
+            text = _one_line(str(message["error"]))
+            raise (ProblemFailed if _in_users_code(text, source) else ProfileError)(text)
         try:
             return Profile.from_json(message["profile"])
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ProfileError(f"{source.label}: the profiler sent a malformed result") from None
     if outcome.timed_out_phase == "build":
-        raise ProfileError(f"{source.label}: loading took longer than {limits.build_timeout_s:g} s")
+        raise ProfileError(
+            f"{source.label}: loading took longer than {limits.build_timeout_s:g} s; {RAISE_HINT}"
+        )
     if outcome.timed_out_phase:
-        raise ProfileError(f"{source.label}: profiling took longer than {limits.run_timeout_s:g} s")
+        raise ProfileError(
+            f"{source.label}: profiling took longer than {limits.run_timeout_s:g} s; {RAISE_HINT}"
+        )
     last = _last_line(outcome.stderr_tail)
     if outcome.phase == "start" and not outcome.messages:
         cause = last or f"exit status {outcome.returncode}"
@@ -141,6 +154,12 @@ def read_outcome(outcome: ChildOutcome, source: SourceFile, limits: Limits) -> P
         how += " (out of memory?)"
     tail = f"; last line on stderr: {last}" if last else ""
     raise ProfileError(f"{source.label}: the profiler's process {how} during {outcome.phase}{tail}")
+
+
+def _in_users_code(text: str, source: SourceFile) -> bool:
+    """The child names the user's file and line first when the user's code raised."""
+    head = text.removeprefix(f"{source.label}:")
+    return head != text and head[:1].isdigit()
 
 
 def _last_line(text: str) -> str:

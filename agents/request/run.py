@@ -30,7 +30,7 @@ from agents.request.requests import OptimizeRequest
 from agents.request.settings import EvaluationSettings, RequestError
 from agents.roles.factory import OfflineSetup, build_roles
 from agents.search.beam import Roles, Search, SearchConfig, SearchMemory, run_search
-from agents.search.budget import Budget, CancelToken
+from agents.search.budget import Budget, CancelToken, Deadline
 from agents.search.events import SearchEvent
 from agents.search.result import SearchResult
 from memory.experiences import ExperienceStore
@@ -67,10 +67,20 @@ class OpenSearch:
 
     async def run_async(self) -> SearchResult:
         try:
-            return await run_search(self.search)
+            with self.deadline():
+                return await run_search(self.search)
         finally:
             for model in self.models:
                 await model.aclose()
+
+    def deadline(self) -> Deadline:
+        """--max-time as a promise: when it is spent, whatever is in flight (a build, a
+        correctness run, a timing) is cancelled and its workers killed, and the search ends
+        with the best kernel verified so far. Counted from when the search was assembled."""
+        limit = self.request.budget.max_time
+        left = None if limit is None else limit - self.search.context.tracker.elapsed_s()
+        reason = f"time budget spent ({limit:g} s, --max-time)" if limit else ""
+        return Deadline(self.search.cancel, left, reason)
 
     def close(self) -> None:
         """The evaluation pool (a local Ray it started stops here), then the memory store."""

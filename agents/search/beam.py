@@ -121,11 +121,11 @@ class Search:
             await recall_best(run, state)  # memory's best, re-verified: never less
             await self._loop(state)
         except asyncio.CancelledError:
-            run.stop_reason = "cancelled"
+            run.stop_reason = run.cancel.stop_reason()
         except MissingAPIKeyError:
             raise
         if run.cancel.cancelled:
-            run.stop_reason = "cancelled"
+            run.stop_reason = run.cancel.stop_reason()
         try:
             return await finish(run, state)
         finally:

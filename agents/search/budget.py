@@ -28,18 +28,71 @@ class Budget:
 
 
 class CancelToken:
-    """Set from any thread (the CLI's Ctrl-C, the server's cancel). The same event is handed
-    to every sandbox, so setting it also kills running evaluations."""
+    """Set from any thread (the CLI's Ctrl-C, the server's cancel, a deadline). The same event
+    is handed to every sandbox, so setting it also kills running evaluations. `reason` says
+    why (None: a plain cancel), so a result cut by --max-time says so rather than
+    "cancelled"; a child token (one bench problem's) is cancelled with its parent."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.reason: str | None = None
+        self._children: list[CancelToken] = []
+        self._lock = threading.Lock()
 
-    def cancel(self) -> None:
-        self.event.set()
+    def cancel(self, reason: str | None = None) -> None:
+        with self._lock:
+            if not self.event.is_set():
+                self.reason = reason
+            self.event.set()
+            children = list(self._children)
+        for child in children:
+            child.cancel(reason)
+
+    def child(self) -> CancelToken:
+        """A token cancelled whenever this one is (at once if it already is), and which can
+        also be cancelled on its own without touching this one."""
+        token = CancelToken()
+        with self._lock:
+            self._children.append(token)
+            cancelled = self.event.is_set()
+        if cancelled:
+            token.cancel(self.reason)
+        return token
 
     @property
     def cancelled(self) -> bool:
         return self.event.is_set()
+
+    def stop_reason(self) -> str:
+        return self.reason or "cancelled"
+
+
+class Deadline:
+    """Cancels `token` with `reason` once `seconds` have passed, whatever is running then (a
+    build, a correctness run, a timing): a wall-clock budget is a promise, not a check made
+    only before new work starts. A context manager; leaving it early stops the timer."""
+
+    def __init__(self, token: CancelToken, seconds: float | None, reason: str) -> None:
+        self.token = token
+        self.seconds = seconds
+        self.reason = reason
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> Deadline:
+        if self.seconds is not None:
+            timer = threading.Timer(max(0.0, self.seconds), self.token.cancel, (self.reason,))
+            timer.daemon = True
+            timer.start()
+            self._timer = timer
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    @property
+    def expired(self) -> bool:
+        return self.token.cancelled and self.token.reason == self.reason
 
 
 class BudgetTracker:

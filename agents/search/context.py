@@ -85,7 +85,7 @@ class SearchRun:
         """Cancelled or over a cap; `calls=False` for work that makes no model call (judging
         a candidate already written), which only the evaluation and time caps stop."""
         if self.cancel.cancelled:
-            self.stop_reason = "cancelled"
+            self.stop_reason = self.cancel.stop_reason()
             return True
         reason = self.tracker.exhausted(calls=calls)
         if reason:

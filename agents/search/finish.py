@@ -31,7 +31,7 @@ async def finish(run: SearchRun, state: SearchState) -> SearchResult:
         offered = await _confirm_best(run, state, found, notes)
     elif found and run.cancel.cancelled:
         offered = (found[0], None)  # verified correct in this run; not re-measured
-        notes.append("cancelled: the best kernel so far was not re-measured")
+        notes.append(f"{run.cancel.stop_reason()}: the best kernel so far was not re-measured")
     result = _result(run, state, offered, notes)
     run.emit(
         ev.Finished(

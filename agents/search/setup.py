@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from agents.profile.api import ProfileError, profile_file
+from agents.evaluate import EvalError
+from agents.profile.api import ProblemFailed, ProfileError, profile_file
 from agents.profile.report import Profile
 from agents.search import events as ev
 from agents.search.context import SearchRun
@@ -62,6 +63,11 @@ async def profile(run: SearchRun, source: str, *, is_reference: bool = False) ->
             cache_dir=run.options.cache_dir,
             cancel=run.cancel.event,
         )
+    except ProblemFailed as error:
+        if is_reference:  # nothing can be compared with a reference that fails on its own
+            raise EvalError(f"the reference fails on its own: {error}") from None
+        log.info("profiling failed: %s", error)
+        found = None
     except ProfileError as error:
         log.info("profiling failed: %s", error)
         found = None
