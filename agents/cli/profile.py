@@ -42,6 +42,13 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"profiled forwards (default {PROFILE_REPEAT})",
     )
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
+    parser.add_argument(
+        "--max-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="longest the profiled forwards may run (default: 60); raise it for large sizes",
+    )
     parser.add_argument("--plot", metavar="OUT.png", default=None, help="save a roofline plot")
     parser.add_argument(
         "--refresh-ceilings", action="store_true", help="measure the machine's ceilings again"
@@ -56,8 +63,9 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    """Profile, then print a table (or JSON) and optionally save the plot. Returns 0."""
-    from agents.profile.api import ProfileError, profile_request
+    """Profile, then print a table (or JSON) and optionally save the plot. Returns 0, or
+    128 + the signal's number when Ctrl-C or SIGTERM stopped it (the child is killed)."""
+    from agents.profile.api import ProfileError
     from agents.request.requests import ProfileRequest
     from agents.request.settings import RequestError
     from agents.targets.load import load_target
@@ -75,7 +83,7 @@ def run_profile(args: argparse.Namespace) -> int:
         jail=args.jail,
         refresh_ceilings=args.refresh_ceilings,
     )
-    profile = profile_request(request)
+    profile = _profile_interruptibly(request, args.max_time)
     if args.plot:
         from agents.profile.plot import plot_roofline
 
@@ -94,3 +102,22 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.plot:
         console.print(f"roofline plot: {args.plot}")
     return 0
+
+
+def _profile_interruptibly(request, max_time: float | None):
+    """The profile; when SIGINT or SIGTERM cancels it (its sandboxed child is killed),
+    SystemExit with 128 + the signal's number."""
+    from agents.cli.interrupt import Interrupts
+    from agents.display import make_console
+    from agents.profile.api import ProfileError, profile_request
+    from agents.search.budget import CancelToken
+
+    cancel = CancelToken()
+    err = make_console(stderr=True)
+    with Interrupts(cancel, lambda line: err.print(f"[yellow]{line}[/yellow]")) as interrupts:
+        try:
+            return profile_request(request, cancel.event, max_time=max_time)
+        except ProfileError:
+            if interrupts.interrupted:
+                raise SystemExit(interrupts.exit_code(130)) from None
+            raise

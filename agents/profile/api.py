@@ -78,8 +78,17 @@ def profile_file(
     return read_outcome(outcome, source, limits)
 
 
-def profile_request(request: ProfileRequest, cancel: threading.Event | None = None) -> Profile:
-    """`profile_file` for a typed request (`kernel-agent profile`'s, an editor job's)."""
+def profile_request(
+    request: ProfileRequest,
+    cancel: threading.Event | None = None,
+    *,
+    max_time: float | None = None,
+) -> Profile:
+    """`profile_file` for a typed request (`kernel-agent profile`'s, an editor job's);
+    `max_time`: the longest the profiled forwards may run (default: the sandbox's 60 s)."""
+    if max_time is not None and max_time <= 0:
+        raise ProfileError("--max-time must be positive")
+    limits = Limits(run_timeout_s=max_time) if max_time is not None else None
     return profile_file(
         request.problem,
         device=request.device,
@@ -89,6 +98,7 @@ def profile_request(request: ProfileRequest, cancel: threading.Event | None = No
         use_jail=request.jail,
         refresh_ceilings=request.refresh_ceilings,
         cancel=cancel,
+        limits=limits,
     )
 
 

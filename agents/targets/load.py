@@ -44,6 +44,11 @@ def load_target(spec: str | Path) -> Target:
     one line for a file that cannot be read, an unknown NAME (listing the names it has) or
     a target that needs something added first (saying what)."""
     path, name = split_spec(str(spec))
+    if path.is_dir():
+        raise RequestError(
+            f"{path} is a directory: give one problem file (FILE.py); to run every problem in "
+            f"it, use `kernel-agent bench {path}`"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
