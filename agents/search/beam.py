@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from agents.display import plural
 from agents.evalpool import EvalService
 from agents.evaluate import EvalOptions
 from agents.llm.accounting import CostMeter
@@ -117,6 +118,8 @@ class Search:
         state.beam = [root]
         state.seen[source_hash(root.source)] = ("the reference itself", 1.0)
         try:
+            if run.config.profile:
+                run.emit(ev.PhaseStarted("profiling the reference"))
             await prepare(run, root)
             await recall_best(run, state)  # memory's best, re-verified: never less
             await self._loop(state)
@@ -151,6 +154,7 @@ class Search:
             )
             best_before = state.best.speedup
             failures = state.llm_failures
+            run.emit(ev.PhaseStarted("planning"))
             branches, repeats = await plan_all(run, state)
             if not branches:
                 failed = state.llm_failures > failures
@@ -203,6 +207,7 @@ class Search:
         )
         samples: dict[tuple[int, int], Sample] = {}
         slots = asyncio.Semaphore(run.config.parallel_evals)
+        run.emit(ev.PhaseStarted(f"evaluating {plural(len(keys), 'candidate')}"))
 
         async def chain(b: int, k: int, candidate) -> None:
             try:

@@ -63,6 +63,16 @@ class IterationStarted(SearchEvent):
 
 
 @dataclass(frozen=True)
+class PhaseStarted(SearchEvent):
+    """What the search does now, in words ("profiling the reference", "planning",
+    "evaluating 3 candidates", "timing the best on fresh inputs"), so progress is never a
+    bare counter that stands still for minutes."""
+
+    kind: ClassVar[str] = "phase"
+    phase: str
+
+
+@dataclass(frozen=True)
 class PlanMade(SearchEvent):
     kind: ClassVar[str] = "plan"
     iteration: int
@@ -117,6 +127,7 @@ EVENT_KINDS: dict[str, type[SearchEvent]] = {
         Started,
         Profiled,
         IterationStarted,
+        PhaseStarted,
         PlanMade,
         CandidateEvaluated,
         NewBest,

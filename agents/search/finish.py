@@ -28,6 +28,7 @@ async def finish(run: SearchRun, state: SearchState) -> SearchResult:
     found = [n for n in found if not n.is_root and n.speedup > 1.0]
     offered: Offer = (None, None)
     if found and not run.cancel.cancelled:
+        run.emit(ev.PhaseStarted("timing the best on fresh inputs"))
         offered = await _confirm_best(run, state, found, notes)
     elif found and run.cancel.cancelled:
         offered = (found[0], None)  # verified correct in this run; not re-measured

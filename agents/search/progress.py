@@ -48,6 +48,7 @@ class ProgressView:
         self.best = 1.0
         self.candidates = 0
         self.iteration = 0
+        self.phase = "starting"
 
     def __enter__(self) -> ProgressView:
         self.progress.__enter__()
@@ -63,6 +64,8 @@ class ProgressView:
             self.console.print(
                 "[bold]profile[/bold] " + escape(event.summary).replace("\n", "\n  ")
             )
+        elif isinstance(event, ev.PhaseStarted):
+            self.phase = event.phase
         elif isinstance(event, ev.IterationStarted):
             self.iteration = event.iteration
         elif isinstance(event, ev.CandidateEvaluated):
@@ -81,12 +84,14 @@ class ProgressView:
             self.console.print(f"[red]failed:[/red] {escape(event.reason)}")
         if self.task is not None:
             done = self.candidates if self.max_evals else self.iteration
-            self.progress.update(
-                self.task,
-                completed=done,
-                status=f"iteration {self.iteration}/{self.iterations} · best "
-                f"{self.best:.2f}x · {plural(self.candidates, 'candidate')}",
-            )
+            self.progress.update(self.task, completed=done, status=self.status())
+
+    def status(self) -> str:
+        """"iteration 1/6 · evaluating 3 candidates · best 1.00x · 2 candidates": where the
+        search is and what it does now, never a bare counter."""
+        where = f"iteration {self.iteration}/{self.iterations}" if self.iteration else ""
+        found = f"best {self.best:.2f}x · {plural(self.candidates, 'candidate')}"
+        return " · ".join(part for part in (where, self.phase, found) if part)
 
 
 def failure_line(event: ev.CandidateEvaluated) -> str:

@@ -46,6 +46,7 @@ EVENTS = st.one_of(
         evaluations=COUNTS,
     ),
     st.builds(ev.PlanMade, iteration=COUNTS, parent=COUNTS, title=NAMES, method=NAMES),
+    st.builds(ev.PhaseStarted, phase=NAMES),
     st.builds(
         ev.CandidateEvaluated,
         iteration=COUNTS,
@@ -89,6 +90,7 @@ def test_every_event_kind_is_readable():
         "started",
         "profiled",
         "iteration",
+        "phase",
         "plan",
         "candidate",
         "new_best",
