@@ -33,10 +33,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agents.bench.limits import BenchClock
 from agents.bench.runner import check_resumable, eager_ms, machine_name
 from agents.bench.suite import baseline_candidate, problem_name
 from agents.evalpool import EvalService, make_pool
-from agents.evaluate import EvalCancelled, EvalError, EvalOptions, evaluate
+from agents.evaluate import EvalError, EvalOptions, evaluate
 from agents.request.defaults import BENCH_MAX_EVALS, EVAL_TIMING_BUDGET_S
 from agents.request.requests import OptimizeRequest
 from agents.request.run import optimize, pool_settings
@@ -49,6 +50,7 @@ from agents.request.settings import (
 )
 from agents.request.target import Target
 from agents.search.budget import CancelToken
+from agents.search.events import IterationStarted, PhaseStarted, SearchEvent
 from agents.search.fates import CandidateFate, demote_chosen, fates_from_json
 from agents.task import SourceFile, TaskLoadError, as_reference
 
@@ -93,6 +95,8 @@ class OptimizeRow:
     answer: str = ""
     # Every candidate the search judged (or skipped) and why it was not offered.
     candidates: list[CandidateFate] = field(default_factory=list)
+    # The stage a deadline or a signal cut ("" when the row ran to its end).
+    cut: str = ""
 
 
 @dataclass
@@ -228,12 +232,16 @@ def run_optimize_bench(
     paths: list[Path],
     options: OptimizeBenchOptions,
     on_row: Callable[[OptimizeReport], None] | None = None,
-    cancel: CancelToken | None = None,
+    clock: BenchClock | None = None,
     previous: OptimizeReport | None = None,
+    on_phase: Callable[[int, str, str], None] | None = None,
 ) -> OptimizeReport:
     """Every problem in `paths`, one row each, in order. With `previous` (an earlier report
     of this run, `--resume`), its finished rows are kept as they are and only the rest run;
-    `on_row` sees the report after every row, so a run cut short can be resumed again."""
+    `on_row` sees the report after every row, so a run cut short can be resumed again.
+    `clock`: the budgets and Ctrl-C (see agents/bench/limits.py); `on_phase(index, name,
+    phase)` hears each problem's stages and its search's phases as they begin."""
+    clock = clock or BenchClock()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kernel-agent-bench-") as scratch:
         memory_path = options.memory or Path(scratch) / "memory.sqlite3"
@@ -251,11 +259,18 @@ def run_optimize_bench(
         pool = make_pool(pool_settings(options.evaluation))  # one for the run: Ray starts once
         try:
             rows: list[OptimizeRow] = []
-            for path, name in zip(paths, names, strict=True):
-                if cancel is not None and cancel.cancelled:
+            for index, (path, name) in enumerate(zip(paths, names, strict=True)):
+                if clock.stopped:
+                    clock.not_run.extend(n for n in names[index:] if n not in finished)
                     break
                 row = finished.get(name)
-                rows.append(row or optimize_problem(path, options, memory_path, cancel, pool))
+                if row is None:
+                    tell = _teller(on_phase, index, name)
+                    with clock.problem() as token:
+                        row = optimize_problem(path, options, memory_path, token, pool, tell)
+                    if row.cut:
+                        clock.note_cut(name, row.cut, token)
+                rows.append(row)
                 report.rows = [*rows, *extra]  # unselected problems' rows stay, last
                 report.total_s = round(earlier_s + time.monotonic() - started, 1)
                 if on_row is not None:
@@ -263,6 +278,14 @@ def run_optimize_bench(
         finally:
             pool.close()
     return report
+
+
+def _teller(
+    on_phase: Callable[[int, str, str], None] | None, index: int, name: str
+) -> Callable[[str], None] | None:
+    if on_phase is None:
+        return None
+    return lambda phase: on_phase(index, name, phase)
 
 
 def _finished_rows(
@@ -287,26 +310,60 @@ def optimize_problem(
     memory: Path,
     cancel: CancelToken | None = None,
     pool: EvalService | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> OptimizeRow:
     """One problem's row, whatever happens to it: an error in any stage (loading, the
     baselines, the search, the head-to-head) becomes the row's verdict "error" with its
-    stage and reason, and every time measured before it stays in the row. Only a cancel
-    (or Ctrl-C) ends it early, so a benchmark goes on past a broken problem."""
+    stage and reason, and every time measured before it stays in the row. A cancel (a
+    deadline, Ctrl-C) ends it where it is: `row.cut` names the stage, and a search cut
+    keeps the best kernel it verified. So a benchmark goes on past a broken problem."""
     started = time.monotonic()
     row = OptimizeRow(problem=problem_name(path), path=str(path), verdict="error")
-    stage = ["loading"]
+    stage = _Stage(cancel or CancelToken(), on_phase)
     try:
-        _fill_row(row, path, options, memory, cancel, pool, stage)
-    except EvalCancelled:
-        raise
+        _fill_row(row, path, options, memory, pool, stage)
     except Exception as error:  # any stage's failure is this problem's, not the run's
-        if cancel is not None and cancel.cancelled:
-            raise
         row.verdict = "error"
-        row.error = f"{stage[0]}: {_one_line(error)}"
+        if stage.token.cancelled:
+            row.cut = stage.name
+            row.error = f"{stage.name}: cut ({stage.token.stop_reason()})"
+        else:
+            row.error = f"{stage.name}: {_one_line(error)}"
         row.notes.append(row.error)
     row.wall_s = round(time.monotonic() - started, 1)
     return row
+
+
+@dataclass
+class _Stage:
+    """The stage running (so a failure can say where), its cancel, and the progress view."""
+
+    token: CancelToken
+    on_phase: Callable[[str], None] | None = None
+    name: str = "loading"
+    iteration: str = ""  # the search's, once it has begun one
+
+    def enter(self, name: str) -> None:
+        self.name = name
+        self.tell(name)
+
+    def tell(self, text: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(text)
+
+    def judge(self, reference: SourceFile, candidate: SourceFile, options: EvalOptions):
+        """`evaluate`, cancelled with the problem (EvalCancelled then)."""
+        return evaluate(
+            reference, candidate, replace(options, static_check=False), self.token.event
+        )
+
+    def search_event(self, event: SearchEvent) -> None:
+        """The search's phases, as "search · iteration 1/2 · evaluating 3 candidates"."""
+        if isinstance(event, IterationStarted):
+            self.iteration = f"iteration {event.iteration}/{event.iterations}"
+        elif isinstance(event, PhaseStarted):
+            parts = ("search", self.iteration, event.phase)
+            self.tell(" · ".join(part for part in parts if part))
 
 
 def _one_line(error: BaseException) -> str:
@@ -324,17 +381,16 @@ def _fill_row(
     path: Path,
     options: OptimizeBenchOptions,
     memory: Path,
-    cancel: CancelToken | None,
     pool: EvalService | None,
-    stage: list[str],
+    stage: _Stage,
 ) -> None:
-    """The stages in order, filling `row` as each ends; `stage[0]` names the one running,
-    so the caller can say where an exception came from."""
+    """The stages in order, filling `row` as each ends; `stage.name` names the one running,
+    so the caller can say where an exception or a cut came from."""
     started = time.monotonic()
     reference = SourceFile.from_path(path)
     compiled = baseline_candidate(reference, "torch.compile")
-    stage[0] = "baseline"
-    baseline = evaluate(reference, compiled, replace(options.eval, static_check=False))
+    stage.enter("baseline: eager and torch.compile")
+    baseline = stage.judge(reference, compiled, options.eval)
     row.stage_s["baseline"] = round(time.monotonic() - started, 1)
     row.stage_s["baseline_phases"] = {k: round(v, 1) for k, v in baseline.phase_s.items()}
     row.compile_verdict = baseline.verdict.value
@@ -344,25 +400,19 @@ def _fill_row(
     else:
         row.notes.append(f"torch.compile: {baseline.verdict.value}: {'; '.join(baseline.reasons)}")
     if options.eval.device == "cuda":  # on the CPU it tunes C++ GEMM templates for no gain
-        stage[0] = "baseline max-autotune"
-        tuning = time.monotonic()
-        tuned = baseline_candidate(reference, "torch.compile max-autotune")
-        autotune = evaluate(reference, tuned, replace(options.eval, static_check=False))
-        row.stage_s["autotune"] = round(time.monotonic() - tuning, 1)
-        row.autotune_verdict = autotune.verdict.value
-        if autotune.correct:
-            row.autotune_ms, row.autotune_speedup = autotune.candidate_ms, autotune.speedup
-        else:
-            reasons = "; ".join(autotune.reasons)
-            row.notes.append(f"torch.compile max-autotune: {autotune.verdict.value}: {reasons}")
+        _autotune(row, reference, options.eval, stage)
     if row.eager_ms is None:
-        stage[0] = "timing eager"
+        stage.enter("timing eager")
         timing = time.monotonic()
-        row.eager_ms = eager_ms(reference, options.eval)
+        row.eager_ms = eager_ms(reference, options.eval, stage.token.event)
         row.stage_s["eager"] = round(time.monotonic() - timing, 1)
-    stage[0] = "search"
+    stage.enter("search")
     searching = time.monotonic()
-    result = optimize(options.request(reference, memory), cancel=cancel, pool=pool)
+    request = options.request(reference, memory)
+    result = optimize(request, on_event=stage.search_event, cancel=stage.token, pool=pool)
+    if stage.token.cancelled:  # the search keeps its best verified kernel; nothing after it
+        row.cut = "search"
+        row.notes.append(f"search: cut ({stage.token.stop_reason()}); the head-to-head not run")
     row.stage_s["search"] = round(time.monotonic() - searching, 1)
     row.speedup = result.speedup
     row.speedup_ci = result.speedup_ci
@@ -378,10 +428,10 @@ def _fill_row(
         row.eager_ms = row.eager_ms or confirm_eager
         if confirm_eager and row.agent_ms:
             row.speedup_ms = [confirm_eager, row.agent_ms]
-    if result.source is not None and baseline.correct:
-        stage[0] = "head-to-head"
+    if result.source is not None and baseline.correct and not row.cut:
+        stage.enter("head-to-head")
         comparing = time.monotonic()
-        measured = _head_to_head(reference, result.source, options.eval)
+        measured = _head_to_head(reference, result.source, options.eval, stage)
         row.stage_s["head_to_head"] = round(time.monotonic() - comparing, 1)
         if measured is not None:
             row.vs_compile, row.vs_compile_ms = measured
@@ -399,6 +449,21 @@ def _fill_row(
             row.vs_compile_ms = [baseline.candidate_ms, baseline.reference_ms]
     row.verdict = result.verdict  # last: a row is "error" until every stage has finished
     choose_answer(row, {name: baseline_candidate(reference, name).text for name in COMPILERS})
+
+
+def _autotune(row: OptimizeRow, reference: SourceFile, options: EvalOptions, stage: _Stage) -> None:
+    """torch.compile's max-autotune mode against eager, into the row (CUDA only)."""
+    stage.enter("baseline: max-autotune")
+    tuning = time.monotonic()
+    tuned = baseline_candidate(reference, "torch.compile max-autotune")
+    autotune = stage.judge(reference, tuned, options)
+    row.stage_s["autotune"] = round(time.monotonic() - tuning, 1)
+    row.autotune_verdict = autotune.verdict.value
+    if autotune.correct:
+        row.autotune_ms, row.autotune_speedup = autotune.candidate_ms, autotune.speedup
+    else:
+        reasons = "; ".join(autotune.reasons)
+        row.notes.append(f"torch.compile max-autotune: {autotune.verdict.value}: {reasons}")
 
 
 def choose_answer(row: OptimizeRow, sources: dict[str, str]) -> None:
@@ -438,7 +503,7 @@ def choose_answer(row: OptimizeRow, sources: dict[str, str]) -> None:
 
 
 def _head_to_head(
-    reference: SourceFile, source: str, options: EvalOptions
+    reference: SourceFile, source: str, options: EvalOptions, stage: _Stage
 ) -> tuple[float, list[float] | None] | None:
     """Our kernel timed against torch.compile's, interleaved: the compiled reference becomes
     the "reference" problem, so the ratio is measured in one run. The ratio and its two
@@ -448,7 +513,7 @@ def _head_to_head(
     # its `super(Model, self).__init__()` still builds the right one.
     problem = SourceFile(as_reference(compiled.text, "ModelNew"), f"{reference.label} [compiled]")
     ours = SourceFile(source, "<kernel-agent>")
-    result = evaluate(problem, ours, replace(options, static_check=False))
+    result = stage.judge(problem, ours, options)
     if not result.correct or not result.speedup:
         return None
     times = None

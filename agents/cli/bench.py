@@ -7,20 +7,22 @@ import argparse
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+from agents.bench.limits import BenchClock, check_budget
 from agents.bench.render import markdown_report, plot_report, render_report
 from agents.bench.report import BenchReport, merge_reports
 from agents.bench.runner import BenchOptions, check_resumable, run_bench
 from agents.bench.suite import BASELINES, discover
+from agents.cli.bench_view import BenchView
+from agents.cli.interrupt import Interrupts
 from agents.cli.pool_arguments import add_pool_arguments
 from agents.display import make_console
 from agents.evaluate import EvalError, EvalOptions
 from agents.request.defaults import BENCH_MAX_EVALS, DEVICES, EVAL_TIMING_BUDGET_S
-from agents.task import SIZES
+from agents.task import SIZE_HELP, SIZES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -54,7 +56,7 @@ def _add_timing_arguments(bench: argparse.ArgumentParser) -> None:
         "--size",
         choices=SIZES,
         default="default",
-        help="the problems' own sizes, or their GPU_SIZES (default: default)",
+        help=f"{SIZE_HELP} (default: default)",
     )
     bench.add_argument(
         "--baseline",
@@ -75,6 +77,22 @@ def _add_timing_arguments(bench: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="timing time per problem before the medians must be stable "
         f"(default: {EVAL_TIMING_BUDGET_S:g})",
+    )
+    bench.add_argument(
+        "--max-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wall-clock budget of the whole run: what runs then is cut, the rest not run, "
+        "and the report is written",
+    )
+    bench.add_argument(
+        "--problem-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wall-clock budget of each problem (baselines, search, head-to-head): a cut "
+        "search keeps its best verified kernel",
     )
     bench.add_argument(
         "--no-jail",
@@ -172,27 +190,28 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
         command="kernel-agent " + shlex.join(argv),
     )
     console = make_console(stderr=args.json)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=make_console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("benchmarking", total=len(paths))
+    clock = _clock(args)
+    judging = f"baseline: {args.baseline} against eager"
+    with _interrupts(clock) as interrupts, BenchView(len(paths), "benchmarking") as view:
 
         def advance(report: BenchReport) -> None:
-            row = report.rows[int(progress.tasks[task].completed)]  # the one just finished
-            progress.update(task, advance=1, description=f"{row.problem}: {row.verdict}")
+            view.finished()
             if args.out:  # after every problem, so a run cut short keeps what it measured
                 _save(report.to_json(), args.out)
 
-        report = run_bench(paths, options, on_report=advance, previous=previous)
+        with clock.running():
+            report = run_bench(
+                paths,
+                options,
+                on_report=advance,
+                previous=previous,
+                clock=clock,
+                on_start=lambda index, name: view.show(index, name, judging),
+            )
     if args.plot:
         plot_report(report, args.plot)
     _print(report, args, console)
-    return 0 if all(row.verdict != "error" for row in report.rows) else 1
+    return _finish(clock, interrupts, ok=all(row.verdict != "error" for row in report.rows))
 
 
 def _save(data: dict, path: Path) -> None:
@@ -311,29 +330,49 @@ def _run_optimize(paths: list[Path], args: argparse.Namespace, argv: list[str]) 
     )
     previous = _resumed(args, optimize=True)
     console = make_console(stderr=args.json)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=make_console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("optimizing", total=len(paths))
+    clock = _clock(args)
+    with _interrupts(clock) as interrupts, BenchView(len(paths), "optimizing") as view:
 
         def advance(report) -> None:
-            row = report.rows[int(progress.tasks[task].completed)]  # the one just finished
-            progress.update(
-                task, advance=1, description=f"{row.problem}: {row.verdict} {row.speedup:.2f}x"
-            )
+            view.finished()
             if args.out:
                 _save(report.to_json(), args.out)
 
-        report = run_optimize_bench(paths, options, on_row=advance, previous=previous)
+        def on_phase(index: int, name: str, phase: str) -> None:
+            view.show(index, name, phase)
+
+        with clock.running():
+            report = run_optimize_bench(
+                paths, options, on_row=advance, clock=clock, previous=previous, on_phase=on_phase
+            )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif args.markdown:
         print(optimize_markdown(report))
     else:
         render_optimize(report, console)
-    return 0 if all(row.verdict != "error" for row in report.rows) else 1
+    return _finish(clock, interrupts, ok=all(row.verdict != "error" for row in report.rows))
+
+
+def _clock(args: argparse.Namespace) -> BenchClock:
+    """The run's budgets, checked before anything runs."""
+    try:
+        check_budget("--max-time", args.max_time)
+        check_budget("--problem-time", args.problem_time)
+    except ValueError as error:
+        raise EvalError(str(error)) from None
+    return BenchClock(max_time=args.max_time, problem_time=args.problem_time)
+
+
+def _interrupts(clock: BenchClock) -> Interrupts:
+    err = make_console(stderr=True)
+    return Interrupts(clock.run, lambda line: err.print(f"[yellow]{line}[/yellow]"))
+
+
+def _finish(clock: BenchClock, interrupts: Interrupts, ok: bool) -> int:
+    """The closing line naming what was cut or not run, and the exit status: 0 when every
+    problem ran to its end, 1 when one failed or was cut, 128 + signal after Ctrl-C/SIGTERM."""
+    line = clock.summary()
+    if line:
+        print(f"kernel-agent bench: {line}", file=sys.stderr)
+    return interrupts.exit_code(0 if ok and not (clock.cut or clock.not_run) else 1)
