@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.sandbox.launch import Launched, LaunchSpec, launch
-from agents.sandbox.peer import Peer, WorkerError
+from agents.sandbox.peer import Peer, WorkerError, WorkerTimeout
 from agents.sandbox.process import Limits, child_bootstrap, project_root
+from agents.sandbox.startup import STALL_S, ProgressDeadline
 
 SERVE = "from agents.verify.serve import main; main(sys.argv[2:])"
 
@@ -106,17 +107,27 @@ def _all_cpus() -> tuple[int, ...] | None:
         return None
 
 
-def say_hello(peer: Peer, settings: WorkerSettings) -> None:
-    """The first request: the worker imports torch and answers with its own pid."""
+def say_hello(peer: Peer, settings: WorkerSettings, stall_s: float = STALL_S) -> None:
+    """The first request: the worker imports torch and answers with its own pid. No user
+    code has run yet, so the build timeout does not bound it: only a real hang fails it
+    (agents/sandbox/startup.py), however busy the machine."""
+    watch = ProgressDeadline(peer.cpu_seconds, settings.paused_s, stall_s=stall_s)
+    peer.paused_s = watch
     try:
         frame = peer.request(
             "hello",
-            settings.limits.build_timeout_s,
+            watch.stall_s,
             device=settings.device,
             threads=settings.threads,
         )
+    except WorkerTimeout:
+        raise WorkerStartFailed(
+            f"the sandbox failed to start ({peer.label} {watch.why()})"
+        ) from None
     except WorkerError as error:
         last = [line for line in peer.stderr.text().splitlines() if line.strip()]
         detail = last[-1][:300] if last else str(error)
         raise WorkerStartFailed(f"the sandbox failed to start ({detail})") from None
+    finally:
+        peer.paused_s = settings.paused_s
     peer.own_pid = int(frame.header.get("pid") or 0) or None
