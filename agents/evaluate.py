@@ -29,9 +29,16 @@ from agents.sandbox.launch import JailUnavailable
 from agents.sandbox.peer import Peer
 from agents.sandbox.process import Limits, MeasureGate
 from agents.sandbox.wire import Cancelled
-from agents.task import SIZES, SourceFile, TaskLoadError, outline_candidate, outline_problem
+from agents.task import (
+    SourceFile,
+    TaskLoadError,
+    check_size,
+    outline_candidate,
+    outline_problem,
+)
 from agents.textsafe import clean_text
 from agents.verify.keeper import ReferenceKeeper, reference_key
+from agents.verify.phases import PhaseCallback, PhaseClock
 from agents.verify.spares import Booting, SpareCandidates, candidate_key, link_cache
 from agents.verify.static_check import check_candidate, uses_low_precision
 from agents.verify.verdict import EvalResult, ReviewFindings, Verdict
@@ -92,6 +99,7 @@ def evaluate(
     gate: MeasureGate | None = None,
     keeper: ReferenceKeeper | None = None,
     spares: SpareCandidates | None = None,
+    on_phase: PhaseCallback | None = None,
 ) -> EvalResult:
     """Judge `candidate` against `reference`. Raises EvalError only for a bad request, and
     EvalCancelled when `cancel` is set before a verdict arrives. `gate` (see
@@ -99,14 +107,16 @@ def evaluate(
     only while it holds its device's machine-wide lock (`DeviceGate`). With `keeper`, the
     reference's worker is taken warm from it when one is idle and given back after; with
     `spares`, the candidate's worker is a spare booted during an earlier evaluation when one
-    is idle, and a spare for the next candidate boots during this one's build."""
+    is idle, and a spare for the next candidate boots during this one's build. `on_phase`
+    hears each phase as it begins (agents/verify/phases.py: "correctness 2/5"), on this
+    thread; what it raises is ignored."""
     refused = _static_verdict(reference, candidate, options)
     if refused is not None:
         return refused
     seed = options.seed if options.seed is not None else secrets.randbelow(2**31 - 10_000)
     gate = gate or DeviceGate(options.device)
     started = time.monotonic()
-    phases = _Phases(getattr(gate, "paused_s", None) or (lambda: 0.0))
+    phases = PhaseClock(getattr(gate, "paused_s", None) or (lambda: 0.0), on_phase)
     settings = WorkerSettings(
         device=options.device,
         threads=options.threads or default_threads(),
@@ -139,8 +149,10 @@ def _static_verdict(
     that does not parse, or one the static checker rejects; None when it must be run."""
     if options.device not in DEVICES:
         raise EvalError(f"unknown device {options.device!r}: use one of {', '.join(DEVICES)}")
-    if options.size not in SIZES:
-        raise EvalError(f"unknown size {options.size!r}: use one of {', '.join(SIZES)}")
+    try:
+        check_size(options.size)
+    except TaskLoadError as error:
+        raise EvalError(str(error)) from None
     if options.trials < MIN_TRIALS:
         raise EvalError(f"at least {MIN_TRIALS} correctness trials are required")
     try:
@@ -193,7 +205,7 @@ class _Workers:
         self.booting: Booting | None = None
         self.judged = False
 
-    def judge(self, seed: int, gate, phases: _Phases, cancel: threading.Event | None):
+    def judge(self, seed: int, gate, phases: PhaseClock, cancel: threading.Event | None):
         """Start (or take) the workers, run the judge between them, and let them go: the
         judge's findings and whether the candidate's cache outgrew its quota."""
         from agents.verify.judge import Judge, ReferenceBroken  # torch: only when judging
@@ -325,7 +337,11 @@ def _final_verdict(findings, options: EvalOptions, *, over_quota: bool, **contex
     return result
 
 
-def evaluate_request(request: EvaluateRequest, cancel: threading.Event | None = None) -> EvalResult:
+def evaluate_request(
+    request: EvaluateRequest,
+    cancel: threading.Event | None = None,
+    on_phase: PhaseCallback | None = None,
+) -> EvalResult:
     """`evaluate` for a typed request (`kernel-agent eval`'s)."""
     options = EvalOptions(
         device=request.device,
@@ -340,37 +356,12 @@ def evaluate_request(request: EvaluateRequest, cancel: threading.Event | None = 
         jail=request.jail,
         limits=Limits(build_timeout_s=request.build_timeout, run_timeout_s=request.run_timeout),
     )
-    return evaluate(request.reference, request.candidate, options, cancel)
+    return evaluate(request.reference, request.candidate, options, cancel, on_phase=on_phase)
 
 
 def _raise_if_cancelled(cancel: threading.Event | None) -> None:
     if cancel is not None and cancel.is_set():
         raise EvalCancelled("cancelled")
-
-
-class _Phases:
-    """Wall seconds per phase (start, build, run, lane_wait, measure), and the seconds a pool
-    kept the workers stopped for another candidate's timing ("paused"), which do not count
-    against any deadline."""
-
-    def __init__(self, paused_s) -> None:
-        self.paused_s = paused_s
-        self._paused_at_start = paused_s()
-        self.phase = "start"
-        self.began = time.monotonic()
-        self.seconds: dict[str, float] = {}
-
-    def switch(self, phase: str) -> None:
-        now = time.monotonic()
-        self.seconds[self.phase] = self.seconds.get(self.phase, 0.0) + now - self.began
-        self.phase, self.began = phase, now
-
-    def stop(self) -> dict[str, float]:
-        self.switch(self.phase)
-        paused = self.paused_s() - self._paused_at_start
-        if paused > 0:
-            self.seconds["paused"] = paused
-        return {name: round(value, 3) for name, value in self.seconds.items()}
 
 
 def _require_cuda() -> None:

@@ -304,6 +304,7 @@ class LocalPool:
                     gate=_Gate(self, job),
                     keeper=self._keeper,
                     spares=self._spares,
+                    on_phase=lambda phase: self._emit(job, "phase", job.lane, detail=phase.text),
                 )
             except (EvalCancelled, EvalError):
                 raise
@@ -382,8 +383,10 @@ class LocalPool:
         if held:
             self._build.release()
 
-    def _emit(self, job: _Job, kind: str, lane: str, verdict: str | None = None) -> None:
-        event = EvalEvent(kind, job.id, lane, time.monotonic(), job.label, verdict)
+    def _emit(
+        self, job: _Job, kind: str, lane: str, verdict: str | None = None, detail: str = ""
+    ) -> None:
+        event = EvalEvent(kind, job.id, lane, time.monotonic(), job.label, verdict, detail)
         for listener in (self._on_event, *job.listeners):
             if listener is None:
                 continue

@@ -25,9 +25,11 @@ class PoolSetupError(EvalError, ValueError):
     """The backend cannot be set up as asked (unknown name, Ray missing): one line."""
 
 
-EVENT_KINDS = ("queued", "building", "measuring", "measured", "done")
-"""`measuring` is sent when a job enters its device's measure lane, `measured` when it leaves
-it; `done` carries the verdict (or `cancelled` / `error`)."""
+EVENT_KINDS = ("queued", "building", "phase", "measuring", "measured", "done")
+"""`phase` is sent as the evaluation enters a phase, named in `detail` (agents/verify/phases.py:
+"correctness 2/5", "timing"; the local backend only: a Ray task reports no phases);
+`measuring` when a job enters its device's measure lane, `measured` when it leaves it; `done`
+carries the verdict (or `cancelled` / `error`)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class EvalEvent:
     time: float  # time.monotonic() in the pool's process
     label: str = ""
     verdict: str | None = None
+    detail: str = ""  # a `phase` event's phase in words
 
 
 EventCallback = Callable[[EvalEvent], None]

@@ -16,9 +16,10 @@ a user can reproduce the model. Timing is agents/verify/clock.py's.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,22 +80,24 @@ class _Side:
 
 
 class Judge:
-    """Runs the protocol; `phase` switches the parent's phase clock, `acquire`/`release`
-    hold the device's measure lane around the timing."""
+    """Runs the protocol; `phase(name, step, steps, reload)` switches the parent's phase
+    clock (agents/verify/phases.py), `acquire`/`release` hold the device's measure lane
+    around the timing."""
 
     def __init__(
         self,
         request: JudgeRequest,
         reference: Peer,
         candidate: Peer,
-        phase: Callable[[str], None],
+        phase: Callable[..., None],
         acquire: Callable[[], bool],
         release: Callable[[], None],
     ) -> None:
         self.request = request
         self.ref = reference
         self.cand = candidate
-        self.phase = phase
+        self._switch = phase
+        self._current: tuple = ("start",)
         self.acquire = acquire
         self.release = release
         self.report = ReviewFindings(verdict=Verdict.CORRECT)
@@ -126,8 +129,8 @@ class Judge:
         self.worker = self._candidate_worker()
         self.baseline = inspect.baseline(self.cand.process.pid, self.worker)
         self.affinity = inspect.affinity(self.worker)
-        self.phase("run")
         for trial in range(request.trials):
+            self.phase("run", trial + 1, request.trials)
             self._trial(self._fresh_seed(), f"trial {trial + 1}")
             self.report.trials = trial + 1
         self._reload_check()
@@ -135,6 +138,21 @@ class Judge:
         if self.report.verdict is Verdict.CORRECT and request.measure:
             self._measure()
             self._check_state("after timing")
+
+    def phase(self, *phase: Any) -> None:
+        """Enter a phase (a name, then optionally step, steps, reload)."""
+        self._current = phase
+        self._switch(*phase)
+
+    @contextlib.contextmanager
+    def _within(self, name: str) -> Iterator[None]:
+        """Phase `name` for a moment, then back to the phase it interrupted."""
+        before = self._current
+        self.phase(name, *before[1:])
+        try:
+            yield
+        finally:
+            self.phase(*before)
 
     # -- building -----------------------------------------------------------------------------
 
@@ -272,11 +290,13 @@ class Judge:
         passed: list[tuple[Any, compare.OutputComparison]] | None = None
         for when in ("before", "after"):
             output = last if when == "after" else self._fetch_candidate(previous=True)
-            passed = self._compare(label, when, output, reference, gold, passed)
+            with self._within("compare"):
+                passed = self._compare(label, when, output, reference, gold, passed)
 
     def _fetch_reference(self, args: bool = False) -> values.Unpacked:
         sample = self.args_sample if args else None
-        frame = self._ref("fetch", args=args, args_sample=sample)
+        with self._within("compare"):
+            frame = self._ref("fetch", args=args, args_sample=sample)
         unpacked = values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
         self.expected_bytes = len(frame.payload)
         return unpacked
@@ -285,14 +305,15 @@ class Judge:
         """The output (with `args`, the arguments too) as data; the cap is the reference's
         last fetch, which carried its arguments when this one does."""
         cap = self.expected_bytes + SLACK_BYTES
-        frame = self._cand(
-            "fetch",
-            self.request.run_timeout_s,
-            payload_cap=cap,
-            previous=previous,
-            args=args,
-            args_sample=self.args_sample if args else None,
-        )
+        with self._within("compare"):
+            frame = self._cand(
+                "fetch",
+                self.request.run_timeout_s,
+                payload_cap=cap,
+                previous=previous,
+                args=args,
+                args_sample=self.args_sample if args else None,
+            )
         try:
             return values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
         except values.ValueRefused as error:
@@ -301,7 +322,8 @@ class Judge:
     def _anchor(self, sample_seed: int | None) -> tuple[values.Unpacked | None, list]:
         """The float64 outputs, and per leaf the element count it was sampled from (None
         where it came whole)."""
-        frame = self._ref("anchor", sample_seed=sample_seed)
+        with self._within("anchor"):
+            frame = self._ref("anchor", sample_seed=sample_seed)
         if not frame.header.get("present"):
             return None, []
         gold = values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
@@ -353,6 +375,7 @@ class Judge:
             specs=frame.header.get("specs"),
         )
         for trial in range(self.request.reload_trials):
+            self.phase("run", trial + 1, self.request.reload_trials, True)
             try:
                 self._trial(self._fresh_seed(), f"after reload, trial {trial + 1}")
             except Refusal as refusal:

@@ -103,6 +103,17 @@ def test_mixed_candidates_get_their_verdicts_and_timings_never_overlap():
     assert kinds.count("queued") == kinds.count("done") == len(candidates)
     # Builds did overlap: at some moment two or more jobs were building at once.
     assert _most_at_once(events) >= 2
+    # Each job told its phases as they began (agents/verify/phases.py), in order.
+    timed = next(e.job for e in events if e.kind == "done" and e.verdict == "correct")
+    phases = [e.detail for e in events if e.kind == "phase" and e.job == timed]
+    trials = [f"correctness {k}/{options.trials}" for k in range(1, options.trials + 1)]
+    assert phases[:2] == ["starting workers", "building the candidate"], phases
+    assert [
+        p for p in dict.fromkeys(phases) if p.startswith("correctness") and ":" not in p
+    ] == trials
+    assert "reload check 1/2" in phases, phases
+    assert "correctness 1/5: float64 anchor" in phases, phases
+    assert phases[-1] == "timing", phases
     assert pool.pending == 0 and pool.running_pids() == []
     assert time.monotonic() - started < 60
 
