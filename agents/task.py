@@ -26,9 +26,16 @@ REFERENCE_MARKER = "__kernel_agent_reference__"
 names the class to judge as its reference with `__kernel_agent_reference__ = "ModelNew"` at
 module level. It never rebinds `Model`: a reference's own `super(Model, self).__init__()`
 looks `Model` up in its module at call time, so a rebound name builds the wrong class."""
-SIZES = ("default", "gpu")
+SIZES = ("default", "gpu", "fit")
 GPU_SIZES = "GPU_SIZES"
 """Optional module-level dict of size-constant overrides that `--size gpu` applies."""
+SIZE_HELP = (
+    "default: the file's own sizes; gpu: its GPU_SIZES; fit: its batch-like sizes scaled "
+    "down until it fits this machine's memory and a short forward (named in the output)"
+)
+FIT_PREFIX = "fit:"
+"""`--size fit` travels to the workers resolved, as `fit:batch_size=16,...` (the parent
+chose the values once, so both workers draw the same shapes); agents/sizing resolves it."""
 CANDIDATE_CLASS = "ModelNew"
 PROBLEM_FUNCTIONS = ("get_inputs", "get_init_inputs")
 
@@ -222,13 +229,51 @@ def build_model(model_class: type, init_inputs: list[Any], source: SourceFile) -
         ) from None
 
 
+def size_kind(size: str) -> str:
+    """`default`, `gpu` or `fit` for any size a request may carry (a resolved `fit:...` too)."""
+    return "fit" if size.startswith(FIT_PREFIX) else size
+
+
+def check_size(size: str) -> None:
+    """TaskLoadError unless `size` is one of SIZES or a resolved fit."""
+    if size in SIZES:
+        return
+    if size.startswith(FIT_PREFIX):
+        fit_overrides(size)
+        return
+    raise TaskLoadError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
+
+
+def fitted_size(overrides: dict[str, int]) -> str:
+    """The size string that carries a fit's chosen constants to the workers."""
+    return FIT_PREFIX + ",".join(f"{name}={value}" for name, value in sorted(overrides.items()))
+
+
+def fit_overrides(size: str) -> dict[str, int]:
+    """The constants a resolved `fit:name=value,...` size sets."""
+    overrides: dict[str, int] = {}
+    for part in filter(None, size.removeprefix(FIT_PREFIX).split(",")):
+        name, _, value = part.partition("=")
+        if not name.isidentifier() or not value.isdigit() or int(value) < 1:
+            raise TaskLoadError(f"malformed fitted size {size!r}: expected fit:NAME=INT,...")
+        overrides[name] = int(value)
+    return overrides
+
+
 def apply_size(problem: LoadedProblem, size: str, source: SourceFile) -> None:
     """`gpu` applies the problem's GPU_SIZES overrides to its module constants (which
-    get_inputs and get_init_inputs read at call time); `default` keeps the file's own sizes.
-    A problem without GPU_SIZES (a plain KernelBench file) keeps its sizes at any size."""
-    if size not in SIZES:
-        raise TaskLoadError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
-    overrides = getattr(problem.module, GPU_SIZES, None) if size == "gpu" else None
+    get_inputs and get_init_inputs read at call time); `default` keeps the file's own sizes;
+    a resolved `fit:...` sets the constants the parent chose. A problem without GPU_SIZES
+    (a plain KernelBench file) keeps its sizes under `gpu`."""
+    check_size(size)
+    if size == "fit":
+        raise TaskLoadError("--size fit must be resolved (agents.sizing) before a worker runs")
+    if size.startswith(FIT_PREFIX):
+        overrides: Any = fit_overrides(size)
+        where = "the fit"
+    else:
+        overrides = getattr(problem.module, GPU_SIZES, None) if size == "gpu" else None
+        where = GPU_SIZES
     if overrides is None:
         return
     if not isinstance(overrides, dict):
@@ -236,7 +281,7 @@ def apply_size(problem: LoadedProblem, size: str, source: SourceFile) -> None:
     unknown = [name for name in overrides if name not in vars(problem.module)]
     if unknown:
         raise TaskLoadError(
-            f"{source.label}: {GPU_SIZES} names constants the file does not define: "
+            f"{source.label}: {where} names constants the file does not define: "
             + ", ".join(sorted(unknown))
         )
     vars(problem.module).update(overrides)

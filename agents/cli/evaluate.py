@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.cli import EXIT_CORRECT, EXIT_NOT_CORRECT
 from agents.request.defaults import DEVICES, EVAL_TIMING_BUDGET_S, MIN_TRIALS
-from agents.task import SIZES
+from agents.task import SIZE_HELP, SIZES
 
 if TYPE_CHECKING:
     from agents.verify.verdict import EvalResult
@@ -36,9 +36,7 @@ def add_eval_parser(commands: Any) -> argparse.ArgumentParser:
     ev.add_argument(
         "--device", choices=DEVICES, default="cpu", help="where both run (default: cpu)"
     )
-    ev.add_argument(
-        "--size", choices=SIZES, default="default", help="gpu: apply the problem's GPU_SIZES"
-    )
+    ev.add_argument("--size", choices=SIZES, default="default", help=SIZE_HELP)
     ev.add_argument(
         "--trials",
         type=int,
@@ -113,22 +111,29 @@ _REQUEST_FIELDS = (
 def run_eval(args: argparse.Namespace) -> int:
     from agents.evaluate import evaluate_request
     from agents.request.requests import EvaluateRequest
+    from agents.sizing.api import resolve_size
     from agents.targets.load import SEPARATOR, load_target
     from agents.task import SourceFile
 
     named = SEPARATOR in args.reference  # a target in a file: its synthesised problem
-    request = EvaluateRequest(
-        reference=load_target(args.reference).problem
-        if named
-        else SourceFile.from_path(args.reference),
-        candidate=SourceFile.from_path(args.candidate),
-        **{name: getattr(args, name) for name in _REQUEST_FIELDS},
+    reference = (
+        load_target(args.reference).problem if named else SourceFile.from_path(args.reference)
     )
+    candidate = SourceFile.from_path(args.candidate)
+    plan = resolve_size(
+        reference, args.size, device=args.device, threads=args.threads or 1, use_jail=args.jail
+    )
+    fields = {name: getattr(args, name) for name in _REQUEST_FIELDS} | {"size": plan.size}
+    request = EvaluateRequest(reference=reference, candidate=candidate, **fields)
     result = evaluate_request(request)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(
+            json.dumps(
+                result.to_json() | ({"sizes": plan.to_json()} if plan.line() else {}), indent=2
+            )
+        )
     else:
-        print(format_summary(result))
+        print("\n".join(filter(None, [plan.line(), format_summary(result)])))
     return EXIT_CORRECT if result.correct else EXIT_NOT_CORRECT
 
 

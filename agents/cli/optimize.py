@@ -27,7 +27,7 @@ from agents.request.requests import OptimizeRequest
 from agents.request.settings import RequestError
 from agents.request.table import BY_PATH, read_config, with_values
 from agents.targets.load import load_target, split_spec
-from agents.task import SIZES
+from agents.task import SIZE_HELP, SIZES
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 GIVEN = argparse.SUPPRESS  # a request's flag is in the parsed arguments only when given
@@ -169,7 +169,7 @@ def _add_evaluation_arguments(opt: argparse.ArgumentParser) -> None:
         dest="evaluation.size",
         choices=SIZES,
         default=GIVEN,
-        help="gpu: apply the problem's GPU_SIZES",
+        help=SIZE_HELP,
     )
     ev.add_argument(
         "--parallel-evals",

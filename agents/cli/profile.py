@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from agents.request.defaults import DEVICES, PROFILE_REPEAT
-from agents.task import SIZES
+from agents.task import SIZE_HELP, SIZES
 
 
 def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -31,9 +31,7 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--device", choices=DEVICES, default="cpu", help="profile on this device (default: cpu)"
     )
-    parser.add_argument(
-        "--size", choices=SIZES, default="default", help="gpu: apply the problem's GPU_SIZES"
-    )
+    parser.add_argument("--size", choices=SIZES, default="default", help=SIZE_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--repeat",

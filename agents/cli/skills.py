@@ -20,7 +20,7 @@ class SkillCommandError(Exception):
 
 def add_skills_parser(commands: Any) -> None:
     from agents.request.defaults import DEVICES
-    from agents.task import SIZES
+    from agents.task import SIZE_HELP, SIZES
 
     skills = commands.add_parser(
         "skills",
@@ -40,9 +40,7 @@ def add_skills_parser(commands: Any) -> None:
     match.add_argument(
         "--device", choices=DEVICES, default="cpu", help="profile on this device (default: cpu)"
     )
-    match.add_argument(
-        "--size", choices=SIZES, default="default", help="gpu: apply the problem's GPU_SIZES"
-    )
+    match.add_argument("--size", choices=SIZES, default="default", help=SIZE_HELP)
     match.add_argument(
         "--no-profile",
         action="store_true",

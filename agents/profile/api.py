@@ -17,7 +17,7 @@ from agents.profile.report import Profile
 from agents.request.defaults import DEVICES, PROFILE_REPEAT
 from agents.request.requests import ProfileRequest
 from agents.sandbox.process import ChildOutcome, Limits, run_child
-from agents.task import SIZES, SourceFile, TaskLoadError, outline_problem
+from agents.task import SourceFile, TaskLoadError, check_size, outline_problem
 
 
 class ProfileError(Exception):
@@ -107,8 +107,10 @@ def _check_request(
 ) -> None:
     if device not in DEVICES:
         raise ProfileError(f"unknown device {device!r}: use one of {', '.join(DEVICES)}")
-    if size not in SIZES:
-        raise ProfileError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
+    try:
+        check_size(size)
+    except TaskLoadError as error:
+        raise ProfileError(str(error)) from None
     if repeat < 1:
         raise ProfileError("--repeat must be at least 1")
     if threads is not None and threads < 1:

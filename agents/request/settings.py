@@ -17,7 +17,7 @@ from agents.llm.base import ROLES
 from agents.llm.config import BACKENDS as LLM_BACKENDS
 from agents.llm.config import LLMConfig, ModelSettings, settings_from_tables
 from agents.request.defaults import DEVICES, MAX_EVALS, SEARCH_TIMING_BUDGET_S, search_shape
-from agents.task import SIZES
+from agents.task import TaskLoadError, check_size
 
 
 class RequestError(ValueError):
@@ -71,8 +71,10 @@ class EvaluationSettings:
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise RequestError(f"unknown device {self.device!r}: use one of {', '.join(DEVICES)}")
-        if self.size not in SIZES:
-            raise RequestError(f"unknown size {self.size!r}: use one of {', '.join(SIZES)}")
+        try:
+            check_size(self.size)  # one of SIZES, or a fit the parent resolved
+        except TaskLoadError as error:
+            raise RequestError(str(error)) from None
 
 
 @dataclass(frozen=True)

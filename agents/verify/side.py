@@ -21,6 +21,7 @@ import numpy
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from agents.sizing.check import refuse_if_too_big
 from agents.task import (
     SourceFile,
     TaskLoadError,
@@ -140,7 +141,7 @@ class Side:
         what the candidate needs: init arguments, the state dict, output sizes, operators."""
         self.forget()
         self.reference = self.source = SourceFile(**request["reference"])
-        init_inputs = self._load_problem(request, self.reference)
+        init_inputs = self._load_problem(request, self.reference, check_memory=True)
         seed_everything(int(request["seed"]))
         model = build_model(self.problem.model_class, init_inputs, self.reference)
         self.model = self._guard(lambda: model.to(self.device), "moving Model", "load")
@@ -196,10 +197,15 @@ class Side:
             )
         return {"state_dict_compatible": compatible, "changed": self._changes()}
 
-    def _load_problem(self, request: dict[str, Any], reference: SourceFile) -> list[Any]:
+    def _load_problem(
+        self, request: dict[str, Any], reference: SourceFile, check_memory: bool = False
+    ) -> list[Any]:
+        """`check_memory`: refuse, before any real tensor, a problem that cannot fit here."""
         try:
             self.problem = load_problem(reference)
             apply_size(self.problem, request.get("size", "default"), reference)
+            if check_memory:
+                refuse_if_too_big(self.problem, reference, self.device, request.get("size", ""))
             seed_everything(int(request["seed"]))
             return call_factory(self.problem.get_init_inputs, reference, "get_init_inputs")
         except TaskLoadError as error:
