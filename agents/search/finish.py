@@ -60,8 +60,9 @@ async def _confirm_best(
     that is not gets a note saying why it is not offered."""
     for node in found[: run.config.confirm]:
         result = await confirm(run, state, node)
-        if result is None:
-            break
+        if result is None:  # cut while re-measuring: offer it as the cancel path does
+            notes.append(f"{run.cancel.stop_reason()}: the best kernel so far was not re-measured")
+            return node, None
         state.fates.confirmed(node.source, result)
         if faster(result):
             return node, result
