@@ -52,6 +52,7 @@ from agents.request.target import Target
 from agents.search.budget import CancelToken
 from agents.search.events import IterationStarted, PhaseStarted, SearchEvent
 from agents.search.fates import CandidateFate, demote_chosen, fates_from_json
+from agents.sizing.api import fit_settings
 from agents.task import SourceFile, TaskLoadError, as_reference
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -388,6 +389,8 @@ def _fill_row(
     so the caller can say where an exception or a cut came from."""
     started = time.monotonic()
     reference = SourceFile.from_path(path)
+    evaluation = fit_settings(options.evaluation, reference, stage.token.event)
+    options = replace(options, evaluation=evaluation)  # --size fit: this problem's sizes
     compiled = baseline_candidate(reference, "torch.compile")
     stage.enter("baseline: eager and torch.compile")
     baseline = stage.judge(reference, compiled, options.eval)

@@ -295,6 +295,9 @@ def _run(args: argparse.Namespace) -> int:
     cancel = CancelToken()
     say = lambda line: err.print(f"[yellow]{line}[/yellow]")  # noqa: E731
     with Interrupts(cancel, say) as interrupts:
+        request, plan = _fit_sizes(request, cancel)
+        if plan.line():
+            err.print(plan.line())
         with open_search(request, on_event=view, cancel=cancel) as job:
             if job.memory_note:
                 err.print(f"[yellow]memory:[/yellow] {job.memory_note}")
@@ -304,12 +307,35 @@ def _run(args: argparse.Namespace) -> int:
             except LLMError as error:
                 print(f"kernel-agent optimize: {error}", file=sys.stderr)
                 return interrupts.exit_code(EXIT_FAILED)
-        _write(args, result, path, request)
+        _write(args, result, path, request, plan.to_json() if plan.line() else None)
     failed = not result.improved and result.evaluations == 0 and "failed" in result.stopped_because
     return interrupts.exit_code(EXIT_FAILED if failed else EXIT_DONE)
 
 
-def _write(args: argparse.Namespace, result, path: Path, request: OptimizeRequest) -> None:
+def _fit_sizes(request: OptimizeRequest, cancel) -> tuple[OptimizeRequest, Any]:
+    """`--size fit` resolved once, before the search (its line is printed, its sizes go in
+    the JSON); any other size passes as it is."""
+    from agents.sizing.api import resolve_size
+
+    evaluation = request.evaluation
+    plan = resolve_size(
+        request.target.problem,
+        evaluation.size,
+        device=evaluation.device,
+        threads=evaluation.threads or 1,
+        use_jail=evaluation.jail,
+        cancel=cancel.event,
+    )
+    return replace(request, evaluation=replace(evaluation, size=plan.size)), plan
+
+
+def _write(
+    args: argparse.Namespace,
+    result,
+    path: Path,
+    request: OptimizeRequest,
+    sizes: dict[str, list[int]] | None = None,
+) -> None:
     """The kernel, the trajectory, the plot and the report: also after a cut or a Ctrl-C,
     with the best kernel verified so far."""
     from agents.cli.optimize_report import report, write_output
@@ -325,6 +351,8 @@ def _write(args: argparse.Namespace, result, path: Path, request: OptimizeReques
     if args.json:
         data = result.to_json()
         data["output"] = str(output) if output else None
+        if sizes is not None:
+            data["sizes"] = sizes
         print(json.dumps(data))
     else:
         report(result, written, request.target, make_console())

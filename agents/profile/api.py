@@ -49,6 +49,8 @@ def profile_file(
     _check_request(source, device, size, repeat, threads)
     from agents.profile.ceilings import get_ceilings  # torch: imported only when profiling
 
+    size = _fitted(source, size, device, use_jail, cancel)
+
     threads = threads or _default_threads()
     cache = Path(cache_dir or platformdirs.user_cache_dir("kernel-agent"))
     ceilings = get_ceilings(device, threads, refresh=refresh_ceilings, cache_dir=cache)
@@ -124,6 +126,18 @@ def _check_request(
 
         if not torch.cuda.is_available():
             raise ProfileError("--device cuda: no CUDA device is available here; use --device cpu")
+
+
+def _fitted(
+    source: SourceFile, size: str, device: str, use_jail: bool, cancel: threading.Event | None
+) -> str:
+    """`--size fit` resolved (`fit:batch_size=16`, which the profile names as its size)."""
+    from agents.sizing.api import resolve_size
+
+    try:
+        return resolve_size(source, size, device=device, use_jail=use_jail, cancel=cancel).size
+    except TaskLoadError as error:
+        raise ProfileError(str(error)) from None
 
 
 def _default_threads() -> int:

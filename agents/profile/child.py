@@ -37,6 +37,8 @@ def _profile(request: dict[str, Any], source, channel, stage: _Stage):
 
     from agents.profile.profiler import profile_model
     from agents.profile.report import Ceilings
+    from agents.sizing.check import refuse_if_too_big
+    from agents.sizing.footprint import PROFILE_FACTOR
     from agents.task import apply_size, build_model, call_factory, load_problem
 
     device = request["device"]
@@ -45,6 +47,9 @@ def _profile(request: dict[str, Any], source, channel, stage: _Stage):
     stage.name = "loading the problem"
     problem = load_problem(source)
     apply_size(problem, request.get("size", "default"), source)
+    stage.name = "estimating its memory on the meta device"
+    once = (PROFILE_FACTOR, PROFILE_FACTOR)  # only the reference, in this one process
+    refuse_if_too_big(problem, source, device, request.get("size", "default"), once)
     torch.manual_seed(0)
     init_inputs = call_factory(problem.get_init_inputs, source, "get_init_inputs")
     model = build_model(problem.model_class, init_inputs, source)

@@ -137,9 +137,15 @@ def eval_options(request: OptimizeRequest) -> EvalOptions:
     evaluation = request.evaluation
     if evaluation.timing_budget <= 0:
         raise RequestError("--timing-budget must be positive")
+    size = evaluation.size
+    if size == "fit":  # a door that did not resolve it (the CLI does, and names the sizes)
+        from agents.sizing.api import resolve_size
+
+        problem = request.target.problem
+        size = resolve_size(problem, size, device=evaluation.device, use_jail=evaluation.jail).size
     return EvalOptions(
         device=evaluation.device,
-        size=evaluation.size,
+        size=size,
         threads=evaluation.threads,
         timing_budget_s=evaluation.timing_budget,
         jail=evaluation.jail,

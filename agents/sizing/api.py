@@ -8,20 +8,22 @@ check runs inside the reference's worker, see check.py).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
 from agents.sandbox.process import Limits, run_child
 from agents.sizing.footprint import FORWARD_SECONDS, gb
-from agents.task import SourceFile, fitted_size
+from agents.task import SourceFile, TaskLoadError, fitted_size
 
 FIT_TIMEOUT_S = 120.0
 
 
-class SizeError(Exception):
-    """`--size fit` could not choose sizes; the message is one line for the user."""
+class SizeError(TaskLoadError):
+    """`--size fit` could not choose sizes; the message is one line for the user (a
+    TaskLoadError, so every command reports it as a bad problem)."""
 
 
 @dataclass(frozen=True)
@@ -88,3 +90,20 @@ def resolve_size(
     sizes = {name: (int(pair[0]), int(pair[1])) for name, pair in message["sizes"].items()}
     used = {name: pair[1] for name, pair in sizes.items()}
     return SizePlan(fitted_size(used), sizes, message.get("budget_bytes"), message.get("note"))
+
+
+def fit_settings(settings: Any, reference: SourceFile, cancel: threading.Event | None = None):
+    """`settings` (EvalOptions, EvaluationSettings: anything with size, device, threads and
+    jail) with `--size fit` resolved for `reference`; as it is for any other size. For a
+    door that runs many problems (bench): each problem gets its own fit."""
+    if settings.size != "fit":
+        return settings
+    plan = resolve_size(
+        reference,
+        "fit",
+        device=settings.device,
+        threads=settings.threads or 1,
+        use_jail=settings.jail,
+        cancel=cancel,
+    )
+    return replace(settings, size=plan.size)

@@ -11,11 +11,16 @@ from agents.task import LoadedProblem, SourceFile, TaskLoadError, size_kind
 
 
 def refuse_if_too_big(
-    problem: LoadedProblem, source: SourceFile, device: str, size: str
+    problem: LoadedProblem,
+    source: SourceFile,
+    device: str,
+    size: str,
+    factors: tuple[int, int] = (NEED_FACTOR, WORKER_FACTOR),
 ) -> Footprint | None:
     """Raise TaskLoadError (one line) when the problem at its current sizes cannot fit; the
     footprint otherwise, or None when the trace or the machine could not be read (then it
-    simply runs: a failed estimate never refuses)."""
+    simply runs: a failed estimate never refuses). `factors`: forwards' worth of memory the
+    whole run and its worker hold at once (an evaluation's by default; PROFILE_FACTOR's)."""
     from agents.sizing.trace import EstimateFailed, trace  # torch: only where the problem is
 
     try:
@@ -25,36 +30,36 @@ def refuse_if_too_big(
     room = capacity(device)
     if room is None:
         return footprint
-    message = shortfall(footprint, room)
+    message = shortfall(footprint, room, factors)
     if message is not None:
-        raise TaskLoadError(f"{source.label}: {refusal(footprint, size, message)}")
+        machine = math.ceil(factors[0] * footprint.forward_bytes * 1.25 / GB)
+        raise TaskLoadError(f"{source.label}: {refusal(size, message, machine)}")
     return footprint
 
 
-def shortfall(footprint: Footprint, room: Capacity) -> str | None:
-    """`needs about X ... but Y is Z`, or None when it fits."""
-    if footprint.need_bytes > room.memory_bytes:
+def shortfall(
+    footprint: Footprint, room: Capacity, factors: tuple[int, int] = (NEED_FACTOR, WORKER_FACTOR)
+) -> str | None:
+    """`needs about X (...) but Y is Z`, or None when it fits."""
+    whole, worker = (factor * footprint.forward_bytes for factor in factors)
+    one = f"one forward's {gb(footprint.forward_bytes)}: {footprint.parts()}"
+    if whole > room.memory_bytes:
         return (
-            f"needs about {gb(footprint.need_bytes)} ({NEED_FACTOR} x one forward's "
-            f"{gb(footprint.forward_bytes)}: {footprint.parts()}) but {room.memory_what} is "
+            f"needs about {gb(whole)} ({factors[0]} x {one}) but {room.memory_what} is "
             f"{gb(room.memory_bytes)}"
         )
-    if room.worker_bytes is not None and footprint.worker_bytes > room.worker_bytes:
+    if room.worker_bytes is not None and worker > room.worker_bytes:
         return (
-            f"needs about {gb(footprint.worker_bytes)} in its worker ({WORKER_FACTOR} x one "
-            f"forward's {gb(footprint.forward_bytes)}: {footprint.parts()}) but the sandbox "
+            f"needs about {gb(worker)} in its worker ({factors[1]} x {one}) but the sandbox "
             f"leaves a worker {gb(room.worker_bytes)} of address space"
         )
     return None
 
 
-def refusal(footprint: Footprint, size: str, shortfall_text: str) -> str:
+def refusal(size: str, shortfall_text: str, machine_gb: int) -> str:
     """The whole line after the file's name: what it needs, what there is, what to do."""
-    machine = math.ceil(footprint.need_bytes * 1.25 / GB)
     kind = size_kind(size)
-    todo = (
-        f"a machine with {machine} GB"
-        if kind == "fit"
-        else (f"use --size fit, or a machine with {machine} GB")
-    )
+    todo = f"a machine with {machine_gb} GB"
+    if kind != "fit":
+        todo = f"use --size fit, or {todo}"
     return f"at its {kind} sizes this problem {shortfall_text}; {todo}"

@@ -20,6 +20,10 @@ it adds no whole forward."""
 WORKER_FACTOR = 3
 """The reference's worker alone: float32 plus the float64 anchor (see NEED_FACTOR)."""
 
+PROFILE_FACTOR = 2
+"""`profile` runs only the reference, in one process, but draws the next forward's inputs
+while the last one's output may still be alive."""
+
 # `--size fit`'s budgets (agents/sizing/fit.py states the rule).
 MEMORY_SHARE = 0.5
 FORWARD_SECONDS = 0.02

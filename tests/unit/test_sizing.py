@@ -227,7 +227,7 @@ def test_the_refusal_says_what_is_needed_what_there_is_and_what_to_do():
         flops=0,
     )
     room = Capacity(22 * int(GB), "available memory")
-    text = refusal(footprint, "default", shortfall(footprint, room) or "")
+    text = refusal("default", shortfall(footprint, room) or "", 65)
     assert "needs about 51.5 GB" in text and "available memory is 22.0 GB" in text
     assert "use --size fit, or a machine with 65 GB" in text
     assert shortfall(footprint, Capacity(60 * int(GB), "available memory")) is None
