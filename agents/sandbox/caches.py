@@ -6,14 +6,19 @@ reused when the same source is judged again), so without a sweep every source ev
 stays on the host. The per-run quota (agents/sandbox/quota.py) bounds one cache; the sweep
 bounds how many there are.
 
-Safe with evaluations running at once, in this process or in others: a run holds a shared
-`flock` on its cache directory from launch to close (in the launcher, never in the child), and
-the sweep deletes a directory only while it holds the exclusive lock, which it never waits
-for: a cache in use is skipped. A cache touched in the last `IDLE_S` is skipped too (claimed a
-moment ago, or about to be). The sweep deletes only directories directly under the root,
-never follows a link, and removes a link (`<source hash>` -> `spare-<token>`, see
-agents/verify/spares.py) only once its target is gone. Only the launcher writes the root
-itself: a child sees its own cache directory and nothing above it.
+One run at a time: a run holds an exclusive `flock` on its source's cache from launch to close
+(in the launcher, never in the child). A second run of the same source while the first holds it
+gets a private cache beside it (`<source hash>.run-<token>`, deleted at its close) instead of
+waiting: the quota counts one run's files only, so one run's enforcement (the cache emptied)
+can never hide another's cache bomb, and a claim never empties a cache another run is using.
+
+Safe with evaluations running at once, in this process or in others: the sweep deletes a
+directory only while it holds the exclusive lock, which it never waits for: a cache in use is
+skipped. A cache touched in the last `IDLE_S` is skipped too (claimed a moment ago, or about
+to be). The sweep deletes only directories directly under the root, never follows a link, and
+removes a link (`<source hash>` -> `spare-<token>`, see agents/verify/spares.py) only once its
+target is gone. Only the launcher writes the root itself: a child sees its own cache directory
+and nothing above it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import shutil
 import time
 import weakref
@@ -34,6 +40,8 @@ ROOT_ENTRIES = 100_000
 (an honest torch.compile on the CPU leaves about 40 entries, a load_inline build about 10)."""
 IDLE_S = 300.0
 CLAIM_ATTEMPTS = 5
+PRIVATE_MARK = ".run-"
+"""Names a run's private cache: `<source hash>.run-<token>`."""
 
 _MEASURED: dict[tuple[int, int], tuple[int, Usage]] = {}
 """Each cache directory's usage, by (device, inode), at the mtime it was counted at. A cache
@@ -43,42 +51,69 @@ used since the last one (a full count of a root at its cap takes about a second)
 
 
 class CacheClaim:
-    """A run's hold on its cache directory: a shared lock the sweep respects, held by an open
-    descriptor in the launcher (close-on-exec: the child never inherits it). Released, it
-    touches the directory: its mtime is its last use, whatever the child set it to."""
+    """A run's hold on its cache directory: an exclusive lock the sweep and other runs respect,
+    held by an open descriptor in the launcher (close-on-exec: the child never inherits it).
+    Released, a shared cache is touched (its mtime is its last use, whatever the child set it
+    to) and a private one is deleted."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, *, private: bool = False) -> None:
         self.path = path
-        self._release = weakref.finalize(self, _touch_and_close, fd)
+        self.private = private
+        self._release = weakref.finalize(self, _let_go, fd, path if private else None)
 
     def release(self) -> None:
         self._release()
 
 
-def _touch_and_close(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.utime(fd)
+def _let_go(fd: int, private: Path | None) -> None:
+    """Delete a private cache (still holding its lock: no sweep is inside it), or mark a shared
+    one used now; then unlock."""
+    if private is not None:
+        shutil.rmtree(private, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.utime(fd)
     os.close(fd)
 
 
 def claim_cache(path: Path, max_bytes: int, max_entries: int) -> CacheClaim:
-    """Create `path` if needed, hold it against the sweep, mark it used now, and empty it when
+    """Hold `path` (created if needed) for this run alone, mark it used now, and empty it when
     it is already over either quota (a smaller quota than the last run's, or a run killed
-    before its close emptied it): the child then starts from a cache within its quota."""
-    for _ in range(CLAIM_ATTEMPTS):
-        path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        if _names(path, fd):  # else a sweep deleted it between mkdir and flock: again
-            break
-        os.close(fd)
-    else:
-        raise OSError(f"the cache directory {path} kept disappearing")
+    before its close emptied it): the child then starts from a cache within its quota. When
+    another run (or a sweep deleting it) holds `path`, the claim is on a fresh private cache
+    beside it: `claim.path` is the directory the child must be given."""
+    fd = _hold(path)
+    if fd is None:  # in use: a cache of this run's own, never shared, never waited for
+        private = path.with_name(f"{path.name}{PRIVATE_MARK}{secrets.token_hex(6)}")
+        fd = _hold(private)
+        if fd is None:
+            raise OSError(f"the private cache directory {private} could not be held")
+        return CacheClaim(private, fd, private=True)
     claim = CacheClaim(path, fd)
     os.utime(path)  # its last use, for the sweep
     if directory_usage(path, max_bytes, max_entries).over(max_bytes, max_entries):
         empty_directory(path)
     return claim
+
+
+def _hold(path: Path) -> int | None:
+    """Create `path` if needed and lock it exclusively without waiting: the open descriptor,
+    or None when someone else holds it."""
+    for _ in range(CLAIM_ATTEMPTS):
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:  # a sweep deleted it just after mkdir: again
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        if _names(path, fd):  # else a sweep deleted it between mkdir and flock: again
+            return fd
+        os.close(fd)
+    raise OSError(f"the cache directory {path} kept disappearing")
 
 
 def _names(path: Path, fd: int) -> bool:

@@ -16,7 +16,7 @@ import resource
 import signal
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agents.sandbox import cgroup as cgroups
@@ -239,6 +239,7 @@ def launch(spec: LaunchSpec) -> Launched:
     claim: CacheClaim | None = None  # held against agents.sandbox.caches' sweep until close
     if spec.cache_dir is not None:  # emptied when over either quota already: start afresh
         claim = claim_cache(spec.cache_dir, limits.cache_bytes, limits.cache_files)
+        spec = replace(spec, cache_dir=claim.path)  # a private one while another run holds it
     home_root = Path("/tmp") if jail is not None else spec.workdir
     if jail is None:
         (spec.workdir / "home").mkdir(exist_ok=True)

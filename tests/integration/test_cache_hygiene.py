@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,14 @@ from agents.sandbox.caches import claim_cache, sweep_caches
 from agents.sandbox.launch import LaunchSpec, Limits, launch
 from agents.sandbox.quota import DirectoryQuota, directory_usage
 from agents.verify.verdict import Verdict
-from tests.conftest import ADVERSARIAL, CANDIDATES, candidate_source, requires_jail, run_eval
+from tests.conftest import (
+    ADVERSARIAL,
+    CANDIDATES,
+    FAST,
+    candidate_source,
+    requires_jail,
+    run_eval,
+)
 from tests.integration.test_jail import run_payload
 
 OLD = 1000.0  # seconds since a cache's last use: well past the sweep's idle window
@@ -175,26 +183,61 @@ def test_the_sweep_stays_inside_the_root_and_removes_links_it_orphaned(tmp_path)
     assert entries(outside) == 3
 
 
-def test_a_claim_waits_out_a_sweep_deleting_its_cache_and_recreates_it(tmp_path):
-    cache = fill(tmp_path / "cache", 3)
-    sweeping = os.open(cache, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(sweeping, fcntl.LOCK_EX)  # a sweep in the middle of deleting it
-    claims = []
-    waiter = threading.Thread(target=lambda: claims.append(claim_cache(cache, 1 << 30, 100)))
-    waiter.start()
-    time.sleep(0.3)
-    assert not claims  # the claim waits for the sweep
-    subprocess.run(["rm", "-rf", str(cache)], check=True)
-    os.close(sweeping)
-    waiter.join(10)
-    assert claims and cache.is_dir() and not any(cache.iterdir())
-    probe = os.open(cache, os.O_RDONLY | os.O_DIRECTORY)
+def test_a_cache_held_elsewhere_gives_a_private_one_deleted_at_release(tmp_path):
+    """One source's cache serves one run at a time: while another run (or a sweep deleting it)
+    holds it, a claim gets a fresh private cache beside it, never the shared one, and never a
+    wait; the shared cache is untouched, and the private one is gone at release."""
+    cache = fill(tmp_path / "0123456789abcdef", 3)
+    first = claim_cache(cache, 1 << 30, 100)
+    second = claim_cache(cache, 1 << 30, 2)  # a quota the shared cache is over: not emptied
     try:
-        with pytest.raises(BlockingIOError):  # held: the directory now at the path
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert first.path == cache and not first.private
+        assert second.private and second.path.parent == tmp_path
+        assert second.path.name.startswith("0123456789abcdef.run-")
+        assert second.path.is_dir() and not any(second.path.iterdir())
+        assert entries(cache) == 3
+        fill(second.path, 4)
+        probe = os.open(second.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):  # held against the sweep, as the shared one
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
     finally:
-        os.close(probe)
-        claims[0].release()
+        second.release()
+        first.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cache.name]
+    third = claim_cache(cache, 1 << 30, 100)  # free again: the shared cache, reused
+    third.release()
+    assert third.path == cache and entries(cache) == 3
+
+
+def test_a_claim_holds_the_directory_at_the_path_after_a_sweep_deleted_it(tmp_path):
+    """A sweep that deleted the cache between the claim's open and its lock (and a run that
+    made it again): the claim holds the directory now at the path, not the deleted one."""
+    cache = tmp_path / "cache"
+    real_flock, calls = fcntl.flock, []
+
+    def swept_first(fd: int, operation: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            os.rename(cache, tmp_path / "swept")  # the sweep's delete, as the claim sees it
+            cache.mkdir()
+        real_flock(fd, operation)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fcntl, "flock", swept_first)
+        claim = claim_cache(cache, 1 << 30, 100)
+    try:
+        assert len(calls) == 2 and claim.path == cache and not claim.private
+        probe = os.open(cache, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):  # held: the directory now at the path
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
+    finally:
+        claim.release()
 
 
 # --- whole evaluations ------------------------------------------------------------------------
@@ -339,3 +382,74 @@ def test_a_cache_burst_by_a_concurrent_run_of_the_same_source_is_a_verdict(tmp_p
         writer.join()
     assert result.verdict is Verdict.REJECTED, (result.verdict, result.reasons)
     assert any("grew past its quota" in reason for reason in result.reasons), result.reasons
+
+
+def test_two_runs_of_one_cache_bomb_at_once_are_both_refused(tmp_path):
+    """The same source judged twice at once (as xdist ran the adversarial suite's two
+    cache_bomb tests, one of which read correct): each run's quota counts its own cache only,
+    so neither run's enforcement (its cache emptied at claim or at close) hides the other's
+    bomb. The private cache of the run that found the source's cache held is gone after."""
+    cheat = ADVERSARIAL / "cache_bomb.py"
+    limits = replace(FAST.limits, cache_bytes=64 << 20)  # the cheat's header: cache=64M
+    start = threading.Barrier(2)
+    results: list = [None, None]
+
+    def judge(index: int) -> None:
+        start.wait()
+        results[index] = run_eval(
+            "linear_relu.py", cheat, static_check=False, limits=limits, cache_dir=tmp_path
+        )
+
+    runs = [threading.Thread(target=judge, args=(index,)) for index in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(300)
+    for result in results:
+        assert result is not None
+        assert result.verdict is Verdict.REJECTED, (result.verdict, result.reasons)
+        assert any("grew past its quota" in reason for reason in result.reasons), result.reasons
+    source_hash = hashlib.sha256(cheat.read_text().encode()).hexdigest()[:16]
+    assert os.listdir(tmp_path / "build") == [source_hash]
+    assert entries(tmp_path / "build" / source_hash) == 0
+
+
+HOLD = "import time; time.sleep(30)"
+BOMB = """
+import os, time
+where = os.environ["TORCH_EXTENSIONS_DIR"]
+os.makedirs(where, exist_ok=True)
+for index in range(24):
+    with open(os.path.join(where, f"blob{index}"), "wb") as handle:
+        handle.write(b"x" * (1 << 20))
+time.sleep(30)
+"""
+
+
+def test_one_runs_files_never_count_against_another_run_of_the_same_source(tmp_path):
+    """Two children given one source's cache at once: the second gets a private cache, and its
+    bomb kills it alone; the first, which wrote nothing, runs on with its cache untouched."""
+    cache = fill(tmp_path / "0123456789abcdef", 3)
+    limits = Limits(address_space_bytes=8 * 1024**3, cache_bytes=16 << 20)
+
+    def start(code: str, name: str):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        argv = [sys.executable, "-I", "-c", code]
+        spec = LaunchSpec(argv, "cpu", 1, workdir, cache_dir=cache, jail=False, limits=limits)
+        return launch(spec)
+
+    holder = start(HOLD, "holder")
+    bomber = start(BOMB, "bomber")
+    try:
+        assert bomber.process.wait(timeout=60) == -signal.SIGKILL
+        assert bomber.cache_over_quota() and "cache over its quota" in (bomber.killed_for or "")
+        time.sleep(1.5)  # more than a quota walk's period: the holder's cache was walked again
+        assert holder.process.poll() is None and holder.killed_for is None
+        assert holder.cache_dir == cache and bomber.cache_dir != cache
+        assert bomber.cache_dir is not None and bomber.cache_dir.parent == tmp_path
+    finally:
+        bomber.close()
+        holder.close()
+    assert entries(cache) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cache.name, "bomber", "holder"]
