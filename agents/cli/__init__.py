@@ -4,7 +4,9 @@ Each subcommand's module here turns its arguments into a typed request (agents/r
 and hands it to the function that answers it; nothing below this package sees argparse.
 
 Exit status: 0 when the candidate is correct, 1 for any other verdict, 2 for a usage error
-(always one line on stderr, never a traceback).
+(always one line on stderr, never a traceback). Every error line has one prefix, argparse's
+own: `kernel-agent COMMAND: error: ...` (`kernel-agent: error: ...` before a command is
+known), whoever found the error: the parser, this module, or a subcommand (`print_error`).
 
 Start-up: only the standard library is imported here. A subcommand's module (and torch, numpy,
 rich behind it) is imported only when that subcommand runs or prints its own help, so
@@ -26,12 +28,25 @@ EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
-    """A bad command line; reported in one line with exit status 2."""
+    """A bad command line; reported in one line with exit status 2. `prog`: the parser that
+    found it, whose --help the line points to."""
+
+    def __init__(self, message: str, prog: str = "kernel-agent") -> None:
+        super().__init__(message)
+        self.prog = prog
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, no usage dump
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
+        raise UsageError(message, self.prog)
+
+
+def print_error(command: str | None, message: object) -> None:
+    """The one way an error reaches the user: one line on stderr, prefixed as argparse's own
+    (`kernel-agent optimize: error: ...`), so every subcommand's errors read alike."""
+    where = f"kernel-agent {command}" if command else "kernel-agent"
+    text = " ".join(str(message).split())  # one line, whatever the message held
+    print(f"{where}: error: {text}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -149,8 +164,9 @@ def _is_usage_error(error: BaseException) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(argv if argv is not None else sys.argv[1:])
+    word = _command_word(words)
     try:
-        parser = build_parser(_command_word(words), lazy=True)
+        parser = build_parser(word, lazy=True)
         args = parser.parse_args(words)
         if args.command is None:
             parser.print_help()
@@ -165,5 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if not _is_usage_error(error):
             raise
-        print(f"kernel-agent: error: {error}", file=sys.stderr)
+        print_error(word, _with_help(error, word))
         return EXIT_USAGE
+
+
+def _with_help(error: Exception, command: str | None) -> str:
+    """A parser's message points to the --help that explains it: the subcommand's, also when
+    the top-level parser found the flag it did not know (`bench --bogus`)."""
+    if not isinstance(error, UsageError):
+        return str(error)
+    prog = error.prog
+    if prog == "kernel-agent" and command is not None:
+        prog = f"kernel-agent {command}"
+    return f"{error} (see `{prog} --help`)"

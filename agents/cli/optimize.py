@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agents.cli import print_error
 from agents.cli.pool_arguments import add_pool_arguments
 from agents.llm.config import BACKENDS
 from agents.request import defaults
@@ -272,10 +272,10 @@ def run_optimize(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except (RequestError, RoleSetupError, MissingAPIKeyError, EvalError) as error:
-        print(f"kernel-agent optimize: {error}", file=sys.stderr)
+        print_error("optimize", error)
         return EXIT_USAGE
     except MemoryStoreError as error:
-        print(f"kernel-agent optimize: {error}", file=sys.stderr)
+        print_error("optimize", error)
         return EXIT_FAILED
 
 
@@ -305,7 +305,7 @@ def _run(args: argparse.Namespace) -> int:
                 with view:
                     result = job.run()
             except LLMError as error:
-                print(f"kernel-agent optimize: {error}", file=sys.stderr)
+                print_error("optimize", error)
                 return interrupts.exit_code(EXIT_FAILED)
         _write(args, result, path, request, plan.to_json() if plan.line() else None)
     failed = not result.improved and result.evaluations == 0 and "failed" in result.stopped_because

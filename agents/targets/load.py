@@ -49,6 +49,8 @@ def load_target(spec: str | Path) -> Target:
             f"{path} is a directory: give one problem file (FILE.py); to run every problem in "
             f"it, use `kernel-agent bench {path}`"
         )
+    if not path.exists():  # as eval and bench say it
+        raise RequestError(f"{path}: no such file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

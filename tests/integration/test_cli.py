@@ -123,7 +123,8 @@ def test_usage_errors_exit_two_with_one_line_and_no_traceback(tmp_path):
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1, (args, done.stderr)
         assert "Traceback" not in done.stderr
-        assert done.stderr.startswith("kernel-agent: error:")
+        prefix = "kernel-agent: error:" if args[0] == "frobnicate" else "kernel-agent eval: error:"
+        assert done.stderr.startswith(prefix), (args, done.stderr)
 
 
 def test_reference_that_fails_to_build_is_a_usage_error(tmp_path):
