@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from agents.evaluate import EvalOptions, cache_dir, default_threads
 from agents.offline.registry import DEVICE_ONLY, PASSES
 from agents.roles.base import Candidate, Plan, PlanningContext, SkillBrief, Summary
-from agents.sandbox.process import run_child
+from agents.sandbox.process import ChildOutcome, Limits, run_child
 from agents.task import SourceFile
 from memory.experiences import ExperienceStore
 from memory.normalize import source_hash
@@ -201,8 +201,7 @@ class OfflineExecutor:
         )
         message = outcome.result
         if message is None:
-            last = (outcome.stderr_tail.strip().splitlines() or ["no answer"])[-1]
-            return Candidate(None, error=f"the {plan.method} pass crashed: {last[:200]}")
+            return Candidate(None, error=unanswered(plan.method, outcome, self.options.limits))
         summary = str(message.get("summary") or "")
         source = message.get("source")
         if not isinstance(source, str) or not source.strip():
@@ -248,6 +247,21 @@ class OfflineExecutor:
                 self.tuning.record(observation)
         except MemoryStoreError as error:  # losing a tile must never stop the search
             log.warning("memory: tuning choices not recorded: %s", error)
+
+
+def unanswered(pass_name: str, outcome: ChildOutcome, limits: Limits) -> str:
+    """Why a pass's child gave no answer, in one line: its phase's wall clock ran out, it
+    was cancelled, or it died (its last words, or how it exited)."""
+    if outcome.timed_out_phase is not None:
+        phase = outcome.timed_out_phase
+        limit = limits.build_timeout_s if phase == "build" else limits.run_timeout_s
+        return f"the {pass_name} pass ran past its {limit:g} s {phase} limit"
+    if outcome.cancelled:
+        return f"the {pass_name} pass was cancelled"
+    last = outcome.stderr_tail.strip().splitlines()
+    if last:
+        return f"the {pass_name} pass crashed: {last[-1][:200]}"
+    return f"the {pass_name} pass crashed without a word (exit status {outcome.returncode})"
 
 
 class OfflineSummarizer:
