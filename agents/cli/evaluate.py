@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 from agents.cli import EXIT_CORRECT, EXIT_NOT_CORRECT
@@ -125,15 +127,14 @@ def run_eval(args: argparse.Namespace) -> int:
     )
     fields = {name: getattr(args, name) for name in _REQUEST_FIELDS} | {"size": plan.size}
     request = EvaluateRequest(reference=reference, candidate=candidate, **fields)
+    if plan.line():  # on stderr, as optimize says it; the JSON has `sizes`
+        print(plan.line(), file=sys.stderr)
     result = evaluate_request(request)
     if args.json:
-        print(
-            json.dumps(
-                result.to_json() | ({"sizes": plan.to_json()} if plan.line() else {}), indent=2
-            )
-        )
+        fitted = {"sizes": plan.to_json()} if plan.line() else {}
+        print(json.dumps(result.to_json() | fitted, indent=2))
     else:
-        print("\n".join(filter(None, [plan.line(), format_summary(result)])))
+        print(format_summary(result))
     return EXIT_CORRECT if result.correct else EXIT_NOT_CORRECT
 
 
@@ -183,9 +184,33 @@ def format_summary(result: EvalResult) -> str:
         )
         lines += [f"    note: {note}" for note in result.timing_notes]
     if result.isolation:
-        lines.append(f"  isolation: {result.isolation}")
+        lines.append(f"  isolation: {short_isolation(result.isolation)}")
     lines.append(f"  took {result.elapsed_s:.1f} s{_phase_breakdown(result.phase_s)}")
     return "\n".join(lines)
+
+
+SHORT_ISOLATION = 90
+"""The longest isolation line the human output shows (the whole text, about 300 characters on
+every eval, stays in --json)."""
+
+
+def short_isolation(full: str) -> str:
+    """The isolation text agents/sandbox/launch.py writes, in the few words a reader checks
+    on every eval: which jail, the network, the system-call filter, memory and the wall clocks,
+    e.g. "jail (bubblewrap), no network, seccomp, 18 GiB address space, 600 s build / 300 s
+    run". A text it does not know is shown whole, or cut, when short enough."""
+    if full.startswith("bubblewrap jail"):
+        parts = ["jail (bubblewrap)", "no network"]
+    elif full.startswith("no jail"):
+        parts = ["NO jail (--no-jail)"]
+    else:
+        return full if len(full) <= SHORT_ISOLATION else full[: SHORT_ISOLATION - 1] + "…"
+    parts.append("NO seccomp" if "NO seccomp filter" in full else "seccomp")
+    if memory := re.search(r"(\d+) GiB address space", full):
+        parts.append(f"{memory[1]} GiB address space")
+    if clocks := re.search(r"([\d.]+) s build / ([\d.]+) s run", full):
+        parts.append(f"{clocks[1]} s build / {clocks[2]} s run")
+    return ", ".join(parts)
 
 
 _PHASES = (

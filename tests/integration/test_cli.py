@@ -52,6 +52,7 @@ def test_correct_candidate_exits_zero_with_json_fields():
     assert report["verdict"] == "correct" and report["correct"] is True
     assert report["speedup"] > 0 and report["reference_ms"] > 0 and report["candidate_ms"] > 0
     assert report["trials"] == 5
+    assert "address space" in report["isolation"] and len(report["isolation"]) > 150  # whole
     # Where the time went: each phase the child announced, accounted within the wall time.
     phases = report["phase_s"]
     assert {"build", "run", "measure"} <= set(phases) and min(phases.values()) >= 0

@@ -14,9 +14,10 @@ import sys
 import pytest
 
 from agents.display import plural
+from agents.sandbox.jail import find_jail
 from memory.experiences import Experience, ExperienceStore, TaskSignature
 from memory.store import MemoryStore
-from tests.conftest import PROBLEMS, ROOT, requires_jail
+from tests.conftest import CANDIDATES, PROBLEMS, ROOT, requires_jail
 
 KERNEL_AGENT = [sys.executable, "-m", "agents"]
 LONG_TITLE = "Fold the bias, the scale and the shift " * 5 + "into one fused epilogue"
@@ -181,3 +182,20 @@ def test_counts_in_words_take_the_right_plural():
     assert plural(0, "evaluation") == "0 evaluations"
     assert plural(2, "candidate") == "2 candidates"
     assert plural(3, "child", "children") == "3 children"
+
+
+def test_eval_shows_a_short_isolation_line():
+    """The isolation text is about 300 characters: on every eval a reader gets the few words
+    that matter (the jail, the network, the filter, the memory cap). The whole text stays in
+    --json (EvalResult.to_json's `isolation`, unchanged)."""
+    jail = () if find_jail() is not None else ("--no-jail",)
+    args = ("eval", str(PROBLEMS / "linear_relu.py"), str(CANDIDATES / "linear_relu_honest.py"))
+    human = cli(*args, "--no-timing", "--threads", "1", *jail)
+    assert human.returncode == 0, human.stderr
+    (line,) = [line for line in human.stdout.splitlines() if line.startswith("  isolation: ")]
+    assert len(line) < 100, line
+    if jail:
+        assert "NO jail (--no-jail), " in line and "no network" not in line, line
+    else:
+        assert "jail (bubblewrap), no network, " in line, line
+    assert "seccomp" in line and "GiB address space" in line, line
