@@ -9,6 +9,12 @@ from agents.sizing.footprint import GB, NEED_FACTOR, WORKER_FACTOR, Footprint, g
 from agents.sizing.machine import Capacity, capacity
 from agents.task import LoadedProblem, SourceFile, TaskLoadError, size_kind
 
+TRACE_SHARE = 16
+"""The forward is traced only when its inputs and weights alone, times the run's factor,
+pass a sixteenth of the memory there is: below that, activations 16 times the inputs would
+be needed to overflow, and the trace's first meta op costs about a second of CPU in every
+fresh worker. A problem that still overflows fails as it always did, at the sandbox's cap."""
+
 
 def refuse_if_too_big(
     problem: LoadedProblem,
@@ -21,15 +27,16 @@ def refuse_if_too_big(
     footprint otherwise, or None when the trace or the machine could not be read (then it
     simply runs: a failed estimate never refuses). `factors`: forwards' worth of memory the
     whole run and its worker hold at once (an evaluation's by default; PROFILE_FACTOR's)."""
-    from agents.sizing.trace import EstimateFailed, trace  # torch: only where the problem is
+    from agents.sizing.trace import EstimateFailed, held_bytes, trace  # torch: in workers
 
+    room = capacity(device)
     try:
+        footprint = held_bytes(problem, source)
+        if room is None or factors[0] * footprint.forward_bytes * TRACE_SHARE < room.memory_bytes:
+            return footprint  # far below: the forward's trace would cost more than it tells
         footprint = trace(problem, source)
     except EstimateFailed:
         return None
-    room = capacity(device)
-    if room is None:
-        return footprint
     message = shortfall(footprint, room, factors)
     if message is not None:
         machine = math.ceil(factors[0] * footprint.forward_bytes * 1.25 / GB)

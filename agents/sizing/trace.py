@@ -24,6 +24,11 @@ class _LiveBytes(TorchDispatchMode):
     """Bytes of the tensors ops create, counted until each is freed: their peak is what the
     forward holds at once. Views and in-place results share a storage and are not counted."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False: no dynamo guard around `__torch_dispatch__` (it compiles nothing)."""
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.live = 0
@@ -66,15 +71,23 @@ def meta_inputs(problem: LoadedProblem, source: SourceFile) -> list[Any]:
         return call_factory(problem.get_inputs, source, "get_inputs")
 
 
+def held_bytes(problem: LoadedProblem, source: SourceFile) -> Footprint:
+    """Inputs and weights only, built on meta without running forward: a lower bound that
+    costs a fraction of a second (a forward on meta imports torch._dynamo, about a second
+    of CPU, since most meta kernels are Python references behind a dynamo guard)."""
+    try:
+        model, inputs = _build(problem, source)
+    except BaseException as error:  # user code may raise anything, SystemExit included
+        raise EstimateFailed(_failure(error)) from None
+    held = tensor_bytes(inputs)
+    return Footprint(held, _weights_bytes(model), 0, 0, 0, 0)
+
+
 def trace(problem: LoadedProblem, source: SourceFile) -> Footprint:
     """The footprint of one forward at the problem's current sizes; EstimateFailed if the
     trace cannot run."""
     try:
-        with torch.device("meta"):
-            init_inputs = call_factory(problem.get_init_inputs, source, "get_init_inputs")
-            model = build_model(problem.model_class, init_inputs, source)
-            inputs = call_factory(problem.get_inputs, source, "get_inputs")
-        _insist_on_meta(inputs, model)
+        model, inputs = _build(problem, source)
         live = _LiveBytes()
         with torch.no_grad(), FlopCounterMode(display=False) as flops, live:
             output = model(*inputs)
@@ -87,8 +100,24 @@ def trace(problem: LoadedProblem, source: SourceFile) -> Footprint:
             flops=int(flops.get_total_flops()),
         )
     except BaseException as error:  # user code may raise anything, SystemExit included
-        message = " ".join(str(error).split())[:200] or type(error).__name__
-        raise EstimateFailed(f"the meta-device trace failed: {message}") from None
+        raise EstimateFailed(_failure(error)) from None
+
+
+def _build(problem: LoadedProblem, source: SourceFile) -> tuple[Any, list[Any]]:
+    """Model and its inputs with meta as the default device."""
+    with torch.device("meta"):
+        init_inputs = call_factory(problem.get_init_inputs, source, "get_init_inputs")
+        model = build_model(problem.model_class, init_inputs, source)
+        inputs = call_factory(problem.get_inputs, source, "get_inputs")
+    _insist_on_meta(inputs, model)
+    return model, inputs
+
+
+def _failure(error: BaseException) -> str:
+    if isinstance(error, EstimateFailed):
+        return str(error)
+    message = " ".join(str(error).split())[:200] or type(error).__name__
+    return f"the meta-device trace failed: {message}"
 
 
 def _insist_on_meta(inputs: list[Any], model: Any) -> None:

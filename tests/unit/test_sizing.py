@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from agents.sizing.check import refusal, shortfall
+from agents.sizing.check import refusal, refuse_if_too_big, shortfall
 from agents.sizing.constants import input_only_constants
 from agents.sizing.fit import batch_constants, fit, forward_seconds
 from agents.sizing.footprint import FORWARD_SECONDS, GB, Footprint
@@ -22,6 +22,7 @@ from agents.task import (
     fitted_size,
     load_problem,
 )
+from tests.conftest import ROOT
 
 F32 = 4
 
@@ -249,3 +250,18 @@ def test_a_fit_travels_as_a_size_string_that_every_worker_applies_alike():
             check_size(bad)
     with pytest.raises(TaskLoadError, match="must be resolved"):
         apply_size(loaded, "fit", source)
+
+
+def test_the_check_refuses_a_terabyte_problem_and_traces_a_small_one_no_further():
+    """In-process, as the reference's worker runs it: 1.1 TB of input is refused with the
+    one line (nothing allocated); a small problem is let through on its inputs and weights
+    alone, without the forward's trace (whose first meta op costs a second of CPU)."""
+    huge = SourceFile.from_path(ROOT / "tests" / "shipped_sizes" / "terabyte_gemm.py")
+    with pytest.raises(TaskLoadError, match=r"needs about .* use --size fit, or a machine with"):
+        refuse_if_too_big(load_problem(huge), huge, "cpu", "default")
+    loaded, source = problem(
+        LINEAR, "batch_size = 8\nn_in = 16\nn_out = 4", "[torch.randn(8, 16)]", "[16, 4]"
+    )
+    held = refuse_if_too_big(loaded, source, "cpu", "default")
+    assert held is not None and held.activations_bytes == 0
+    assert held.forward_bytes == (8 * 16 + 16 * 4 + 4) * F32
