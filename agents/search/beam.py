@@ -37,6 +37,7 @@ from agents.search.records import note_best
 from agents.search.remember import remember
 from agents.search.result import SearchResult
 from agents.search.setup import prepare, profile
+from agents.search.wording import no_plans
 from agents.task import SourceFile
 from agents.verify.verdict import EvalResult
 from memory.logbook import plan_key
@@ -184,12 +185,7 @@ class Search:
             return run.stop_reason
         if failed:
             return f"the model failed: {run.state.last_llm_error}"
-        if repeats:
-            return (
-                f"the planner only repeated plans already tried ({repeats} repeats this "
-                "round): nothing new to try"
-            )
-        return "the planner proposed no usable plan (unreadable replies or forbidden skills)"
+        return no_plans(run, repeats)
 
     # -- one round of branches: K samples of each plan ----------------------------------------
 

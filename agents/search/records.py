@@ -9,6 +9,7 @@ from agents.search.context import SearchRun
 from agents.search.fates import CandidateFate, Fate, fate_of_verdict
 from agents.search.nodes import Node, SearchState
 from agents.search.result import TrajectoryPoint
+from agents.search.wording import no_code
 from agents.verify.verdict import EvalResult
 from memory.normalize import source_hash
 
@@ -119,7 +120,7 @@ def record_unjudged(
             method=plan.method,
             fate=Fate.CUT_BY_BUDGET if stop else Fate.NOT_APPLIED,
             verdict="not_judged" if stop else "no_code",
-            reason=stop or f"the model call failed: {state.last_llm_error}",
+            reason=stop or no_code(run),
             iteration=state.iteration,
             sample=sample,
             repair=repair,
