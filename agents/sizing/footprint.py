@@ -13,9 +13,9 @@ GB = 1e9
 NEED_FACTOR = 4
 """An evaluation holds about four forwards' worth of memory at once: the reference's worker
 keeps Model, its inputs and output in float32 and runs the float64 anchor beside them (twice
-the bytes of every tensor: 3 forwards' worth), and the candidate's worker one more. Timing
-draws its input sets one call at a time and frees the last output before the next call, so
-it adds no whole forward."""
+the bytes of every tensor: 3 forwards' worth), and the candidate's worker one more. Timing's
+K input sets per request are capped by the clock itself to a share of free memory
+(agents/verify/clock.py `_set_calls`), so they are not counted here."""
 
 WORKER_FACTOR = 3
 """The reference's worker alone: float32 plus the float64 anchor (see NEED_FACTOR)."""

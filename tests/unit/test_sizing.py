@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from agents.sizing.api import SizePlan
 from agents.sizing.check import refusal, refuse_if_too_big, shortfall
 from agents.sizing.constants import input_only_constants
 from agents.sizing.fit import batch_constants, fit, forward_seconds
@@ -265,3 +266,16 @@ def test_the_check_refuses_a_terabyte_problem_and_traces_a_small_one_no_further(
     held = refuse_if_too_big(loaded, source, "cpu", "default")
     assert held is not None and held.activations_bytes == 0
     assert held.forward_bytes == (8 * 16 + 16 * 4 + 4) * F32
+
+
+def test_the_plan_names_the_sizes_in_one_line_and_in_the_json():
+    plan = SizePlan("fit:batch_size=16", {"batch_size": (4096, 16)}, 8 * int(GB))
+    assert plan.line() == "sizes: batch_size 16 (shipped 4096) to fit 8.0 GB and 0.02 s a forward"
+    assert plan.to_json() == {"batch_size": [4096, 16]}
+    assert SizePlan("fit:", {}, 8 * int(GB)).line() == (
+        "sizes: as shipped (they fit 8.0 GB and 0.02 s a forward)"
+    )
+    assert SizePlan("fit:", note="the meta-device trace failed: x").line() == (
+        "sizes: as shipped (the meta-device trace failed: x)"
+    )
+    assert SizePlan("default").line() is None
