@@ -8,12 +8,18 @@ STAMP := $(VENV)/.kernel-agent-installed
 
 setup: $(STAMP) jail
 
-# torch==2.13.0 first, so pip takes the local CPU build instead of a multi-GB CUDA one.
+# torch==2.13.0 first, so pip takes the local CPU build instead of a multi-GB CUDA one. pip
+# shows what it does (a progress bar on a terminal; one line per package in a log, where a bar
+# would be noise): a first setup takes a few minutes, and silence read as a hang.
+PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar $$([ -t 1 ] && echo on || echo off)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,ray]'
+	@echo "setup 1/2: torch 2.13.0, CPU build (a few hundred MB: 1-3 minutes the first time)"
+	@$(PIP) torch==2.13.0
+	@echo "setup 2/2: kernel-agent, editable, with its dev and ray extras (about 1 minute)"
+	@$(PIP) -e '.[dev,ray]'
 	@touch $(STAMP)
+	@echo "set up: run $(BIN)/kernel-agent, or 'source $(BIN)/activate' first, then kernel-agent"
 
 # The OS jail for candidates (bubblewrap). Without it the verifier refuses to run candidates
 # (each command says how to install it) unless --no-jail is passed.
