@@ -139,6 +139,7 @@ def evaluate(
         isolation=workers.candidate_peer.isolation,
         elapsed_s=round(time.monotonic() - started, 3),
         phase_s=phases.stop(),
+        parent_peak_rss_bytes=peak_rss_bytes(),
     )
 
 
@@ -362,6 +363,17 @@ def evaluate_request(
 def _raise_if_cancelled(cancel: threading.Event | None) -> None:
     if cancel is not None and cancel.is_set():
         raise EvalCancelled("cancelled")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (VmHWM); 0 where /proc does not say."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _require_cuda() -> None:

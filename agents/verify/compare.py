@@ -154,46 +154,160 @@ def compare_output(
     `ref64` holds the float64 anchor at those elements only: the strict rule still reads
     every element, the float64 figures come from the sample and pass nothing."""
     if sample is not None and isinstance(ref, torch.Tensor) and ref64 is not None:
-        full = compare_output(cand, ref, None)
-        if full.nonfinite or not (ref.is_floating_point() or ref.is_complex()):
-            return full
         index = sample.to(ref.device)
-        on_sample = compare_output(
-            cand.detach().reshape(-1)[index], ref.detach().reshape(-1)[index], ref64
-        )
-        return OutputComparison(
-            full.strict_ok,
-            on_sample.float64_ok,
-            full.max_abs_diff,
-            on_sample.candidate_error,
-            on_sample.reference_error,
-            on_sample.error_ratio,
-            False,
-            sampled=True,
+        return with_sample(
+            compare_output(cand, ref, None),
+            cand.detach().reshape(-1)[index],
+            ref.detach().reshape(-1)[index],
+            ref64,
         )
     if not isinstance(ref, torch.Tensor):
         same = cand == ref
         return OutputComparison(
             bool(same), None, 0.0 if same else float("inf"), None, None, None, False
         )
-    cand_d = cand.detach()
-    ref_d = ref.detach()
-    if not (ref_d.is_floating_point() or ref_d.is_complex()):
-        same = _equal(cand_d, ref_d)
-        return OutputComparison(same, None, 0.0 if same else float("inf"), None, None, None, False)
-    if ref_d.is_complex():
-        cand_d, ref_d = torch.view_as_real(cand_d), torch.view_as_real(ref_d)
-        if ref64 is not None:
-            ref64 = torch.view_as_real(ref64.detach())
-    tolerance = STRICT_TOLERANCE.get(ref.dtype, 1e-4)
-    gold = None
-    if ref64 is not None:
-        gold = ref64.detach().to(device=ref_d.device, dtype=torch.float64)
-    # Fast path, the common case: a float64 norm is finite only if every element is, so the
-    # norms the float64 rule needs anyway double as the NaN/Inf check, and no elementwise mask
-    # is built (masks cost more than the forward itself on large outputs).
-    fast = _compare_finite(cand_d, ref_d, gold, tolerance)
-    return fast if fast is not None else _compare_masked(cand_d, ref_d, gold, tolerance)
+    leaf = LeafComparison(ref.dtype, anchored=ref64 is not None)
+    leaf.add(cand, ref, ref64)
+    return leaf.result()
+
+
+def with_sample(full: OutputComparison, cand: Any, ref: Any, ref64: Any) -> OutputComparison:
+    """`full` (the strict rule on every element) with the float64 figures of a sample:
+    `cand`, `ref` and `ref64` at the same sampled elements. A band on a sample passes nothing."""
+    if full.nonfinite or not (ref.is_floating_point() or ref.is_complex()):
+        return full
+    on_sample = compare_output(cand, ref, ref64)
+    return OutputComparison(
+        full.strict_ok,
+        on_sample.float64_ok,
+        full.max_abs_diff,
+        on_sample.candidate_error,
+        on_sample.reference_error,
+        on_sample.error_ratio,
+        False,
+        sampled=True,
+    )
+
+
+class LeafComparison:
+    """One tensor leaf compared stretch by stretch (`add` each stretch of elements, in any
+    number of parts): the figures are those of the whole leaf at once, but no process needs
+    more than one stretch of it in memory. Sums of squares and maxima add up across parts;
+    the strict rule and the NaN/Inf checks are per element, so they hold part by part."""
+
+    def __init__(self, dtype: torch.dtype, anchored: bool) -> None:
+        self.dtype = dtype
+        self.floating = dtype.is_floating_point or dtype.is_complex
+        self.anchored = anchored and self.floating  # integer outputs: equality alone
+        self.tolerance = STRICT_TOLERANCE.get(dtype, 1e-4)
+        self.strict_ok, self.nonfinite, self.max_abs = True, False, 0.0
+        self.banded = False  # some element had a float64 figure
+        self.cand_nonfinite = False  # a candidate NaN/Inf where anchor and reference are finite
+        self.squares = [0.0, 0.0, 0.0]  # of the candidate's error, the reference's, the anchor
+        self.maxima = [0.0, 0.0, 0.0]
+
+    def add(self, cand: torch.Tensor, ref: torch.Tensor, ref64: torch.Tensor | None) -> None:
+        """One stretch: the same elements of the candidate's, the reference's and (when
+        anchored) the float64 anchor's output, as tensors of the same shape."""
+        cand_d, ref_d = cand.detach(), ref.detach()
+        if not self.floating:
+            same = bool(_equal(cand_d, ref_d))
+            self.strict_ok &= same
+            self.max_abs = max(self.max_abs, 0.0 if same else float("inf"))
+            return
+        gold = None
+        if ref_d.is_complex():
+            cand_d, ref_d = torch.view_as_real(cand_d), torch.view_as_real(ref_d)
+            if ref64 is not None:
+                ref64 = torch.view_as_real(ref64.detach())
+        if self.anchored and ref64 is not None:
+            gold = ref64.detach().to(device=ref_d.device, dtype=torch.float64)
+        if ref_d.numel() == 0:
+            self.banded |= gold is not None
+            return
+        # Fast path, the common case: a float64 norm is finite only if every element is, so
+        # the norms the float64 rule needs anyway double as the NaN/Inf check, and no
+        # elementwise mask is built (masks cost more than the forward itself on large outputs).
+        if not self._add_finite(cand_d, ref_d, gold):
+            self._add_masked(cand_d, ref_d, gold)
+
+    def merge(self, other: LeafComparison) -> None:
+        """Add another stretch's figures (compared apart) to these."""
+        self.strict_ok &= other.strict_ok
+        self.nonfinite |= other.nonfinite
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.banded |= other.banded
+        self.cand_nonfinite |= other.cand_nonfinite
+        for slot in range(3):
+            self.squares[slot] += other.squares[slot]
+            self.maxima[slot] = max(self.maxima[slot], other.maxima[slot])
+
+    def result(self) -> OutputComparison:
+        strict_ok, nonfinite = self.strict_ok and not self.nonfinite, self.nonfinite
+        if not self.anchored or nonfinite or not self.banded:
+            return OutputComparison(strict_ok, None, self.max_abs, None, None, None, nonfinite)
+        if self.cand_nonfinite:
+            inf = float("inf")
+            return OutputComparison(strict_ok, False, self.max_abs, inf, None, inf, nonfinite)
+        l2 = [math.sqrt(value) for value in self.squares]
+        ratio, l2_cand, l2_ref = _float64_band(l2, self.maxima, self.dtype)
+        return OutputComparison(
+            strict_ok, ratio <= 1.0, self.max_abs, l2_cand, l2_ref, ratio, nonfinite
+        )
+
+    def _strict(self, diff: torch.Tensor, ref: torch.Tensor) -> None:
+        strict_ok, max_abs = _strict_from_diff(diff, ref, self.tolerance)
+        self.strict_ok &= strict_ok
+        self.max_abs = max(self.max_abs, max_abs)
+
+    def _band(self, errors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+        self.banded = True
+        for slot, error in enumerate(errors):
+            self.squares[slot] += float(_norm(error)) ** 2
+            self.maxima[slot] = max(self.maxima[slot], float(_norm(error, math.inf)))
+
+    def _add_finite(self, cand, ref, gold) -> bool:
+        """False, having changed nothing, when some value is NaN or Inf."""
+        if gold is None:
+            diff = cand.to(torch.float64).sub_(ref)
+            if not _finite(_norm(diff)):
+                return False
+            self._strict(diff, ref)
+            return True
+        cand_err = cand.to(torch.float64).sub_(gold)
+        ref_err = ref.to(torch.float64).sub_(gold)
+        norms = [_norm(x) for x in (cand_err, ref_err, gold)]
+        norms += [_norm(x, math.inf) for x in (cand_err, ref_err, gold)]
+        if not _finite(*norms):
+            return False
+        self.banded = True
+        for slot in range(3):
+            self.squares[slot] += float(norms[slot]) ** 2
+            self.maxima[slot] = max(self.maxima[slot], float(norms[3 + slot]))
+        self._strict(cand_err.sub_(ref_err), ref)
+        return True
+
+    def _add_masked(self, cand, ref, gold) -> None:
+        """The rare stretch with NaN or Inf somewhere: compared where the values are finite."""
+        cand64, ref64 = cand.to(torch.float64), ref.to(torch.float64)
+        nonfinite = bool((~_isfinite(cand64) & _isfinite(ref64)).any())
+        self.nonfinite |= nonfinite
+        self.strict_ok &= not nonfinite and _allclose(
+            cand64, ref64, atol=self.tolerance, rtol=self.tolerance, equal_nan=True
+        )
+        finite = _isfinite(cand64) & _isfinite(ref64)
+        diff = (cand64 - ref64).abs()[finite]
+        self.max_abs = max(self.max_abs, float(diff.max()) if diff.numel() else 0.0)
+        if gold is None or nonfinite:
+            return
+        mask = _isfinite(gold) & _isfinite(ref64)
+        if not bool(mask.any()):
+            return
+        gold, cand_m, ref_m = gold[mask], cand64[mask], ref64[mask]
+        if not bool(_isfinite(cand_m).all()):
+            self.banded, self.cand_nonfinite = True, True
+            return
+        self._band((cand_m - gold, ref_m - gold, gold))
 
 
 def _norm(tensor: torch.Tensor, order: float = 2.0) -> torch.Tensor:
@@ -215,25 +329,6 @@ def _strict_from_diff(
     return worst <= tolerance, max_abs
 
 
-def _compare_finite(cand, ref, gold, tolerance: float) -> OutputComparison | None:
-    """None when some value is NaN or Inf: the caller takes the masked path."""
-    if gold is None:
-        diff = cand.to(torch.float64).sub_(ref)
-        if not _finite(_norm(diff)):
-            return None
-        strict_ok, max_abs = _strict_from_diff(diff, ref, tolerance)
-        return OutputComparison(strict_ok, None, max_abs, None, None, None, False)
-    cand_err = cand.to(torch.float64).sub_(gold)
-    ref_err = ref.to(torch.float64).sub_(gold)
-    l2 = (_norm(cand_err), _norm(ref_err), _norm(gold))
-    maxima = (_norm(cand_err, math.inf), _norm(ref_err, math.inf), _norm(gold, math.inf))
-    if not _finite(*l2, *maxima):
-        return None
-    ratio, l2_cand, l2_ref = _float64_band(l2, maxima, ref.dtype)
-    strict_ok, max_abs = _strict_from_diff(cand_err.sub_(ref_err), ref, tolerance)
-    return OutputComparison(strict_ok, ratio <= 1.0, max_abs, l2_cand, l2_ref, ratio, False)
-
-
 def _float64_band(l2, maxima, dtype: torch.dtype) -> tuple[float, float, float]:
     """Worst ratio of the candidate's error to the band, over the relative L2 error (overall
     accuracy) and the relative max error (a few bad elements cannot hide in a large norm)."""
@@ -248,37 +343,8 @@ def _float64_band(l2, maxima, dtype: torch.dtype) -> tuple[float, float, float]:
     return ratio, l2_cand, l2_ref
 
 
-def _ratio(error: torch.Tensor, scale: torch.Tensor) -> float:
+def _ratio(error: Any, scale: Any) -> float:
     value, size = float(error), float(scale)
     if size == 0.0:
         return 0.0 if value == 0.0 else float("inf")
     return value / size
-
-
-def _compare_masked(cand, ref, gold, tolerance: float) -> OutputComparison:
-    """The rare case with NaN or Inf somewhere: compare where the values are finite."""
-    cand64, ref32_64 = cand.to(torch.float64), ref.to(torch.float64)
-    nonfinite = bool((~_isfinite(cand64) & _isfinite(ref32_64)).any())
-    strict_ok = not nonfinite and _allclose(
-        cand64, ref32_64, atol=tolerance, rtol=tolerance, equal_nan=True
-    )
-    finite = _isfinite(cand64) & _isfinite(ref32_64)
-    diff = (cand64 - ref32_64).abs()[finite]
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    if gold is None or nonfinite:
-        return OutputComparison(strict_ok, None, max_abs, None, None, None, nonfinite)
-    mask = _isfinite(gold) & _isfinite(ref32_64)
-    if not bool(mask.any()):
-        return OutputComparison(strict_ok, None, max_abs, None, None, None, nonfinite)
-    gold, cand_m, ref_m = gold[mask], cand64[mask], ref32_64[mask]
-    if not bool(_isfinite(cand_m).all()):
-        return OutputComparison(
-            strict_ok, False, max_abs, float("inf"), None, float("inf"), nonfinite
-        )
-    cand_err, ref_err = cand_m - gold, ref_m - gold
-    ratio, l2_cand, l2_ref = _float64_band(
-        (_norm(cand_err), _norm(ref_err), _norm(gold)),
-        (_norm(cand_err, float("inf")), _norm(ref_err, float("inf")), _norm(gold, float("inf"))),
-        ref.dtype,
-    )
-    return OutputComparison(strict_ok, ratio <= 1.0, max_abs, l2_cand, l2_ref, ratio, nonfinite)

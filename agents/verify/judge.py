@@ -31,25 +31,14 @@ from agents.verify import compare, devflush, proof, values
 from agents.verify.arguments import changed_arguments
 from agents.verify.clock import ClockConfig, OutsideClock, TimingRefused
 from agents.verify.openings import Opening
-from agents.verify.outputs import Anchor, check_structure, judge_leaf, mismatch_reason
-from agents.verify.side import flatten
+from agents.verify.reading import SLACK_BYTES, OutputReading, Refusal, described
 from agents.verify.verdict import ReviewFindings, Verdict
 
 TRUSTED_CAP = 1 << 40
 """The reference's worker never runs candidate code: its replies are capped only by sanity."""
-SLACK_BYTES = 1 << 20
 TIMED_FLOOR_S = 10.0
 SEED_LIMIT = 2**31 - 10_000
 """A drawn seed stays below this: each side adds small offsets to it (the call seed)."""
-
-
-class Refusal(Exception):
-    """Stops the protocol with a verdict and a reason."""
-
-    def __init__(self, verdict: Verdict, reason: str) -> None:
-        super().__init__(reason)
-        self.verdict = verdict
-        self.reason = reason
 
 
 class ReferenceBroken(Exception):
@@ -79,7 +68,7 @@ class _Side:
     args: list[dict] | None = None
 
 
-class Judge:
+class Judge(OutputReading):
     """Runs the protocol; `phase(name, step, steps, reload)` switches the parent's phase
     clock (agents/verify/phases.py), `acquire`/`release` hold the device's measure lane
     around the timing."""
@@ -107,6 +96,8 @@ class Judge:
         self.flush_alone_ms: float | None = None
         self.slowest_call_s = 0.0  # the candidate's slowest verified call, with its overheads
         self.args_sample: int | None = None  # this trial's sample of large arguments
+        self.leaf_specs: list[values.TensorSpec | None] = []  # the reference's output leaves
+        self.forward = False  # an opening: the candidate's parts go on to the reference too
 
     # -- entry --------------------------------------------------------------------------------
 
@@ -227,7 +218,7 @@ class Judge:
         if isinstance(error, WorkerFailed):
             if error.kind == "build":
                 return Refusal(Verdict.COMPILE_ERROR, error.message)
-            if error.kind == "harness" and op == "fetch":
+            if error.kind == "harness" and op in ("fetch", "part"):
                 return Refusal(Verdict.INCORRECT, f"its output cannot be compared: {error}")
             return Refusal(Verdict.RUNTIME_ERROR, error.message)
         if isinstance(error, WorkerTimeout):
@@ -262,7 +253,7 @@ class Judge:
         # with the fetch that follows its call (serve.py, `sampled_arguments`).
         self.args_sample = self.rng.randrange(2**62)
         reference = self._fetch_reference(args=True)
-        gold = Anchor(self._anchor, eager=not self.anchored, sample_seed=self.rng.randrange(2**62))
+        gold = self._gold(eager=not self.anchored, sample_seed=self.rng.randrange(2**62))
         self.anchored = True
         self._cand("prepare", self.request.run_timeout_s, seed=seed)
         # Two calls on the same inputs, the first output held across the second (as a
@@ -287,73 +278,10 @@ class Judge:
                     raise Refusal(
                         Verdict.REJECTED, f"{label}, candidate call {call + 1}: {changed}"
                     )
-        passed: list[tuple[Any, compare.OutputComparison]] | None = None
-        for when in ("before", "after"):
-            output = last if when == "after" else self._fetch_candidate(previous=True)
-            with self._within("compare"):
-                passed = self._compare(label, when, output, reference, gold, passed)
-
-    def _fetch_reference(self, args: bool = False) -> values.Unpacked:
-        sample = self.args_sample if args else None
+        before = self._fetch_candidate(previous=True)
+        assert last is not None
         with self._within("compare"):
-            frame = self._ref("fetch", args=args, args_sample=sample)
-        unpacked = values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
-        self.expected_bytes = len(frame.payload)
-        return unpacked
-
-    def _fetch_candidate(self, previous: bool = False, args: bool = False) -> values.Unpacked:
-        """The output (with `args`, the arguments too) as data; the cap is the reference's
-        last fetch, which carried its arguments when this one does."""
-        cap = self.expected_bytes + SLACK_BYTES
-        with self._within("compare"):
-            frame = self._cand(
-                "fetch",
-                self.request.run_timeout_s,
-                payload_cap=cap,
-                previous=previous,
-                args=args,
-                args_sample=self.args_sample if args else None,
-            )
-        try:
-            return values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
-        except values.ValueRefused as error:
-            raise Refusal(Verdict.INCORRECT, f"its output cannot be read: {error}") from None
-
-    def _anchor(self, sample_seed: int | None) -> tuple[values.Unpacked | None, list]:
-        """The float64 outputs, and per leaf the element count it was sampled from (None
-        where it came whole)."""
-        with self._within("anchor"):
-            frame = self._ref("anchor", sample_seed=sample_seed)
-        if not frame.header.get("present"):
-            return None, []
-        gold = values.unpack(frame.header.get("tree"), frame.header.get("specs"), frame.payload)
-        return gold, list(frame.header.get("sampled") or [])
-
-    def _compare(self, label, when, output, reference, gold, passed=None):
-        """Compare one output with the reference's; returns its leaves with their results.
-        A leaf bit for bit equal to a leaf of `passed` (the same call's other output, already
-        compared) has that comparison's result: the numbers are the same numbers."""
-        expected = flatten(reference.value["out"])
-        if not isinstance(output.value, dict) or "out" not in output.value:
-            raise Refusal(Verdict.INCORRECT, f"{label}: its output came back malformed")
-        leaves = flatten(output.value["out"])
-        try:
-            check_structure(leaves, output, expected, reference)
-        except compare.OutputMismatch as mismatch:
-            raise Refusal(Verdict.INCORRECT, f"{label}: {mismatch}") from None
-        results = []
-        for index, (cand, ref) in enumerate(zip(leaves, expected, strict=True)):
-            if self.request.device == "cuda":  # compared where the outputs were made: seconds
-                cand, ref = compare.on_device(cand, ref)  # less per GB
-            if passed is not None and compare.identical(cand, passed[index][0]):
-                results.append((cand, passed[index][1]))
-                continue
-            result = judge_leaf(cand, ref, gold, index, len(expected))
-            self.comparisons.append(result)
-            if not result.ok:
-                raise Refusal(Verdict.INCORRECT, mismatch_reason(label, when, index, result))
-            results.append((cand, result))
-        return results
+            self._compare(label, {"before": before, "after": last}, reference, gold)
 
     # -- reload, state, leftovers -----------------------------------------------------------------
 
@@ -482,28 +410,43 @@ class Judge:
     def _full_check(self, label: str, opening: Opening | None = None) -> None:
         """An opened call: its output compared in full as a trial's is, then the commitment
         the candidate claimed for it recomputed from those bytes by the reference's process
-        (agents/verify/proof.py): a claim that is not its output's is a forged reply. The
-        call's arguments come back with it (at a sample drawn now, when large) and must be
-        the reference's: a kernel that writes its inputs only once timing starts shows here."""
+        (agents/verify/proof.py), which receives them part by part as they are compared: a
+        claim that is not its output's is a forged reply. The call's arguments come back
+        with it (at a sample drawn now, when large) and must be the reference's: a kernel
+        that writes its inputs only once timing starts shows here."""
         self.args_sample = self.rng.randrange(2**62)
         reference = self._fetch_reference(args=True)
-        gold = Anchor(self._anchor, eager=False)
-        cap = self.expected_bytes + SLACK_BYTES
         frame = self._cand(
             "fetch",
             self.request.run_timeout_s,
-            payload_cap=cap,
+            payload_cap=self.expected_bytes + SLACK_BYTES,
             args=True,
             args_sample=self.args_sample,
+            bare=True,
         )
-        fields = {"tree": frame.header.get("tree"), "specs": frame.header.get("specs")}
+        header = frame.header
+
+        def begin() -> None:  # room for the output in the reference's worker, not here
+            tree, specs = header.get("out_tree"), header.get("out_specs")
+            self._ref("take", begin=True, tree=tree, specs=specs)
+            self.forward = True
+
         try:
-            output = values.unpack(fields["tree"], fields["specs"], frame.payload)
-            self._compare(label, None, output, reference, gold)
+            output = described(frame)
+            with self._within("compare"):
+                self._compare(
+                    label,
+                    {None: output},
+                    reference,
+                    self._gold(eager=False),
+                    begin if opening is not None else None,
+                )
         except values.ValueRefused as error:
             raise TimingRefused(f"its output cannot be read: {error}", incorrect=True) from None
         except Refusal as refusal:
             raise TimingRefused(refusal.reason, incorrect=True) from None
+        finally:
+            self.forward = False
         changed = changed_arguments(output, reference)
         if changed:
             raise TimingRefused(f"{label}: {changed}")
@@ -511,12 +454,11 @@ class Judge:
             return
         recomputed = self._ref(
             "recommit",
-            payload=frame.payload,
+            taken=True,
             seed=opening.key,
             calls=opening.calls,
             call=opening.call,
             scales=list(opening.scales),
-            **fields,
         ).header.get("checksum")
         problem = proof.claim_mismatch(opening, recomputed, label)
         if problem:

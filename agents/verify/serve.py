@@ -169,12 +169,26 @@ def _select(side, header: dict[str, Any], payload: bytes) -> Answer:
 
 
 def _fetch(side, header: dict[str, Any], payload: bytes) -> Answer:
-    """The output, and the arguments as the call left them (the parent compares those)."""
+    """The output, and the arguments as the call left them (the parent compares those).
+    With `bare`, the output is described only (`out_tree`, `out_specs`): the parent reads
+    its tensors' bytes in parts (`part`)."""
+    from agents.verify import values
+
     output = side.previous if header.get("previous") else side.output
     args = side.args if header.get("args") else None
     if args is not None and header.get("args_sample") is not None:
         args = sampled_arguments(args, int(header["args_sample"]))
-    return _packed({"out": output, "args": args})
+    if not header.get("bare"):
+        return _packed({"out": output, "args": args})
+    tree, specs, _ = values.pack(output, bare=True)
+    return _packed({"args": args}, out_tree=tree, out_specs=specs)
+
+
+def _part(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """Elements [start, stop) of one tensor leaf of an output, as bytes (`Side.part`)."""
+    what, leaf = str(header.get("what")), int(header["leaf"])
+    dtype, data = side.part(what, leaf, int(header["start"]), int(header["stop"]))
+    return {"dtype": dtype}, data
 
 
 def _capture(side, header: dict[str, Any], payload: bytes) -> Answer:
@@ -196,7 +210,14 @@ def _load(side, header: dict[str, Any], payload: bytes) -> Answer:
 
 
 def _anchor(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """The float64 anchor: at a sample of each large leaf (`sample_seed`), described only
+    (`bare`: its bytes are then read in parts), or whole."""
+    from agents.verify import values
+
     gold = side.anchor()
+    if gold is not None and header.get("bare"):
+        tree, specs, _ = values.pack(gold, bare=True)
+        return {"present": True, "tree": tree, "specs": specs}, b""
     if gold is None or header.get("sample_seed") is None:
         return _packed(gold, present=gold is not None)
     leaves, sampled = sample_leaves(gold, int(header["sample_seed"]))
@@ -215,8 +236,36 @@ def _commitment_scales(side, header: dict[str, Any], payload: bytes) -> Answer:
 
 
 def _recommit(side, header: dict[str, Any], payload: bytes) -> Answer:
-    """An opening: the commitment of bytes another worker returned."""
+    """An opening: the commitment of bytes another worker returned, sent with this request
+    or, with `taken`, before it in parts (`take`)."""
+    if header.get("taken"):
+        value, side.taken = side.taken, None
+        return {"checksum": recommitted(side, header, {"out": value})}, b""
     return {"checksum": recommitted(side, header, _received(header, payload))}, b""
+
+
+def _take(side, header: dict[str, Any], payload: bytes) -> Answer:
+    """Another worker's output, received in parts for an opening: `begin` with its tree and
+    specs (room for it is made here, not in the parent), then `leaf`, `start` and the bytes
+    of each part."""
+    import torch
+
+    from agents.verify import values
+    from agents.verify.side import SideError, flatten
+
+    if header.get("begin"):
+        specs = [values.TensorSpec.from_json(spec) for spec in header.get("specs") or []]
+        room = bytearray(sum(spec.nbytes for spec in specs))
+        side.taken = values.unpack(header.get("tree"), header.get("specs"), room).value
+        return {}, b""
+    leaves = flatten(side.taken)
+    leaf, start = int(header["leaf"]), int(header["start"])
+    if side.taken is None or not 0 <= leaf < len(leaves):
+        raise SideError("a part of an output that was never begun", "protocol")
+    flat = leaves[leaf].reshape(-1)
+    part = torch.frombuffer(bytearray(payload), dtype=flat.dtype) if payload else flat[:0]
+    flat[start : start + part.numel()].copy_(part)
+    return {}, b""
 
 
 def _build(side, header: dict[str, Any], payload: bytes) -> Answer:
@@ -238,6 +287,7 @@ _COMMON_OPS: dict[str, Op] = {
     "checksum": _checksum,
     "select": _select,
     "fetch": _fetch,
+    "part": _part,
     "capture": _capture,
     "uncapture": _uncapture,
     "changes": _changes,
@@ -249,6 +299,7 @@ _REFERENCE_OPS: dict[str, Op] = {
     "perturb": _perturb,
     "scales": _commitment_scales,
     "recommit": _recommit,
+    "take": _take,
 }
 _CANDIDATE_OPS: dict[str, Op] = {"build": _build, "load_state": _load_state}
 

@@ -133,6 +133,9 @@ class Side:
         self.pristine: dict[str, Any] | None = None
         self.ops: list[str] = []
         self.graph: Any = None
+        self.gold: tuple[Any] | None = None  # the float64 anchor of the current inputs, once run
+        self.taken: Any = None  # another worker's output, received in parts (an opening)
+        self._flat: dict[str, tuple[Any, Any]] = {}  # a non-contiguous leaf's flat copy
 
     # -- building -----------------------------------------------------------------------------
 
@@ -219,6 +222,7 @@ class Side:
         random ops (dropout) draw the same numbers on both sides."""
         self.call_seed = seed + 7919
         self.output = self.previous = None  # freed before the next call, as a caller would
+        self.gold, self._flat = None, {}
         seed_everything(seed)
         if self.device == "cuda":
             try:
@@ -284,6 +288,7 @@ class Side:
         if not 0 <= index < len(self.outputs):
             raise SideError(f"no call {index} in the last timed request", "protocol")
         self.inputs, self.call_seed = self.calls[index]
+        self.gold, self._flat = None, {}
         self.output, self.args, self.previous = self.outputs[index], self.inputs, None
 
     def footprint(self) -> dict[str, int]:
@@ -313,8 +318,14 @@ class Side:
         self.args = args
 
     def anchor(self) -> Any:
-        """The reference in float64 on the same inputs: the band's yardstick. None when an op
-        has no float64 kernel (only the strict rule applies then)."""
+        """The reference in float64 on the same inputs: the band's yardstick, run once per
+        input set (its parts are fetched one by one). None when an op has no float64 kernel
+        (only the strict rule applies then)."""
+        if self.gold is None:
+            self.gold = (self._anchor(),)
+        return self.gold[0]
+
+    def _anchor(self) -> Any:
         try:
             if self.model64 is None:
                 self.model64 = copy.deepcopy(self.model).to(torch.float64)
@@ -329,12 +340,40 @@ class Side:
     def perturb(self, seed: int) -> dict[str, torch.Tensor]:
         fresh = perturbed_state(self.model.state_dict(), seed)
         self.model.load_state_dict(fresh)
-        self.model64 = None
+        self.model64, self.gold = None, None
         return fresh
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         moved = {key: value.to(self.device) for key, value in state.items()}
         self._guard(lambda: self.model.load_state_dict(moved), "loading a new state_dict")
+
+    def part(self, what: str, leaf: int, start: int, stop: int) -> tuple[str, memoryview]:
+        """Elements [start, stop) of leaf `leaf` (in `flatten` order) of the last output
+        ("output"), the one before it ("previous") or the float64 anchor ("anchor", the
+        reference only): its dtype's name and its bytes. The parent reads outputs part by
+        part, so its memory does not grow with theirs."""
+        from agents.verify.values import NAMES, part_bytes
+
+        values = {"output": lambda: self.output, "previous": lambda: self.previous}
+        if self.role == "reference":
+            values["anchor"] = self.anchor
+        if what not in values:
+            raise SideError(f"no {what[:20]!r} output to read parts of", "protocol")
+        leaves = flatten(values[what]())
+        tensor = leaves[leaf] if 0 <= leaf < len(leaves) else None
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+            raise SideError(f"no tensor leaf {leaf} in the {what}", "protocol")
+        if not 0 <= start <= stop <= tensor.numel():
+            raise SideError(f"no elements {start}:{stop} in leaf {leaf}", "protocol")
+        cached = self._flat.get(what)
+        if tensor.is_contiguous():
+            flat = tensor
+        elif cached is not None and cached[0] is tensor:
+            flat = cached[1]
+        else:  # made contiguous once, not once a part
+            flat = tensor.contiguous()
+            self._flat[what] = (tensor, flat)
+        return NAMES[tensor.dtype], part_bytes(flat, start, stop)
 
     def capture(self) -> bool:
         """Replay calls through a CUDA graph (launch-bound kernels); False when the model

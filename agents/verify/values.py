@@ -84,8 +84,12 @@ def _itemsize(dtype: str) -> int:
 # -- the sending side ---------------------------------------------------------------------------
 
 
-def pack(value: Any, *, dtype: torch.dtype | None = None) -> tuple[Any, list[dict], bytes]:
-    """(tree, specs, payload) for a value; `dtype` upcasts floating tensors as they go."""
+def pack(
+    value: Any, *, dtype: torch.dtype | None = None, bare: bool = False
+) -> tuple[Any, list[dict], bytes]:
+    """(tree, specs, payload) for a value; `dtype` upcasts floating tensors as they go. With
+    `bare`, tensors are described and not sent (an empty payload): an output's bytes then
+    cross in parts (`part_bytes`), so no process on the way holds all of them at once."""
     leaves: list[torch.Tensor | None] = []
     specs: list[TensorSpec] = []
 
@@ -93,7 +97,7 @@ def pack(value: Any, *, dtype: torch.dtype | None = None) -> tuple[Any, list[dic
         if depth > MAX_DEPTH:
             raise ValueRefused("a value nested too deeply")
         if isinstance(item, torch.Tensor):
-            spec, data = _tensor_leaf(item, dtype)
+            spec, data = _tensor_leaf(item, dtype, bare)
             specs.append(spec)
             leaves.append(data)
             return {"T": len(specs) - 1}
@@ -124,7 +128,7 @@ def _key(key: Any) -> str | int:
     raise ValueRefused(f"cannot pass a dict key of type {type(key).__name__}")
 
 
-def _tensor_leaf(tensor: torch.Tensor, dtype: torch.dtype | None):
+def _tensor_leaf(tensor: torch.Tensor, dtype: torch.dtype | None, bare: bool = False):
     kind = "tensor"
     if type(tensor) is not torch.Tensor and type(tensor) is not torch.nn.Parameter:
         kind = "subclass"
@@ -136,7 +140,7 @@ def _tensor_leaf(tensor: torch.Tensor, dtype: torch.dtype | None):
         raise ValueRefused(f"cannot pass a tensor of dtype {tensor.dtype}")
     data = None
     out_dtype = tensor.dtype
-    if kind == "tensor":
+    if kind == "tensor" and not bare:
         data = torch.Tensor.detach(tensor)
         if dtype is not None and data.is_floating_point():
             data = data.to(dtype)
@@ -144,6 +148,12 @@ def _tensor_leaf(tensor: torch.Tensor, dtype: torch.dtype | None):
         data = data.to("cpu").contiguous()
     spec = TensorSpec(NAMES[out_dtype], tuple(tensor.shape), str(tensor.device), kind)
     return spec, data
+
+
+def part_bytes(tensor: torch.Tensor, start: int, stop: int) -> memoryview:
+    """Elements [start, stop) of a tensor in its flat (row-major) order, as bytes."""
+    flat = torch.Tensor.detach(tensor).reshape(-1)
+    return _raw(flat[start:stop].to("cpu").contiguous())
 
 
 def _raw(tensor: torch.Tensor) -> memoryview:
@@ -162,6 +172,14 @@ class NonPlain:
     spec: TensorSpec
 
 
+@dataclass(frozen=True)
+class Bare:
+    """A plain tensor leaf known by its spec alone: its bytes are fetched in parts, which
+    name it by its place among the value's leaves in `flatten` order."""
+
+    spec: TensorSpec
+
+
 @dataclass
 class Unpacked:
     """A decoded value, the specs of its tensor leaves in payload order, and the spec of each
@@ -172,7 +190,7 @@ class Unpacked:
     by_id: dict[int, TensorSpec]
 
     def spec_of(self, leaf: Any) -> TensorSpec | None:
-        if isinstance(leaf, NonPlain):
+        if isinstance(leaf, NonPlain | Bare):
             return leaf.spec
         return self.by_id.get(id(leaf))
 
@@ -181,21 +199,27 @@ def expected_bytes(specs: list[dict]) -> int:
     return sum(TensorSpec.from_json(spec).nbytes for spec in specs)
 
 
-def unpack(tree: Any, specs_json: Any, payload: bytes | bytearray) -> Unpacked:
+def unpack(
+    tree: Any, specs_json: Any, payload: bytes | bytearray, bare: bool = False
+) -> Unpacked:
     """Rebuild a value on the CPU. Tensors that were not plain come back as NonPlain, with
-    their spec saying what they were; the payload must be exactly as long as the specs say."""
+    their spec saying what they were; the payload must be exactly as long as the specs say.
+    With `bare` (a value packed bare), plain tensors come back as `Bare` leaves."""
     if not isinstance(specs_json, list):
         raise ValueRefused("tensor specs that are not a list")
     specs = [TensorSpec.from_json(spec) for spec in specs_json]
-    if sum(spec.nbytes for spec in specs) != len(payload):
+    if (0 if bare else sum(spec.nbytes for spec in specs)) != len(payload):
         raise ValueRefused("a payload whose length does not match its tensor specs")
     buffer = payload if isinstance(payload, bytearray) else bytearray(payload)
-    tensors: list[torch.Tensor | NonPlain] = []
+    tensors: list[torch.Tensor | NonPlain | Bare] = []
     by_id: dict[int, TensorSpec] = {}
     offset = 0
     for spec in specs:
         if spec.kind != "tensor":
             tensors.append(NonPlain(spec))
+            continue
+        if bare:
+            tensors.append(Bare(spec))
             continue
         dtype = DTYPES[spec.dtype]
         count = math.prod(spec.shape)

@@ -60,6 +60,9 @@ class EvalResult(ReviewFindings):
     static_findings: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
     phase_s: dict[str, float] = field(default_factory=dict)  # where elapsed_s went (sandbox)
+    parent_peak_rss_bytes: int = 0
+    """The judging process's own peak resident memory (VmHWM) when the verdict was reached:
+    outputs are compared part by part, so it stays flat whatever their size."""
 
     @property
     def correct(self) -> bool:

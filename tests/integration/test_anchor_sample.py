@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from agents.task import SourceFile, build_model, call_factory, load_problem
 from agents.verify import compare
-from agents.verify.judge import Anchor, judge_leaf
+from agents.verify.outputs import Anchor, judge_leaf
 from agents.verify.serve import sample_leaves
 from agents.verify.values import Unpacked
 
