@@ -199,9 +199,7 @@ def expected_bytes(specs: list[dict]) -> int:
     return sum(TensorSpec.from_json(spec).nbytes for spec in specs)
 
 
-def unpack(
-    tree: Any, specs_json: Any, payload: bytes | bytearray, bare: bool = False
-) -> Unpacked:
+def unpack(tree: Any, specs_json: Any, payload: bytes | bytearray, bare: bool = False) -> Unpacked:
     """Rebuild a value on the CPU. Tensors that were not plain come back as NonPlain, with
     their spec saying what they were; the payload must be exactly as long as the specs say.
     With `bare` (a value packed bare), plain tensors come back as `Bare` leaves."""
