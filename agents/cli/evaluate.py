@@ -217,6 +217,8 @@ _PHASES = (
     ("start", "start-up and the reference"),
     ("build", "candidate imports and build"),
     ("run", "correctness"),
+    ("anchor", "float64 anchor"),
+    ("compare", "comparing outputs"),
     ("lane_wait", "waiting for the device"),
     ("measure", "timing"),
 )
