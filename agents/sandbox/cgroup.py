@@ -159,6 +159,18 @@ class WorkerCgroup:
             return None
         return int(first[1]) / 1e6
 
+    def cpu_wait_seconds(self) -> float | None:
+        """Wall seconds during which no task of the cgroup ran while some were runnable (its
+        cpu.pressure "full" total): time the scheduler took from it, not time its code spent.
+        Not "some": with a thread running beside one that waits, the tree still progresses."""
+        try:
+            with open(self.path / "cpu.pressure", "rb") as handle:
+                lines = handle.read().splitlines()
+            full = next(line for line in lines if line.startswith(b"full "))
+            return int(full.split(b"total=")[1].split()[0]) / 1e6
+        except (OSError, IndexError, ValueError, StopIteration):
+            return None
+
     def freeze(self, wait_s: float = FREEZE_WAIT_S) -> bool:
         """Freeze every task, and wait until the kernel says they all are."""
         self._write("cgroup.freeze", b"1")

@@ -116,6 +116,24 @@ def find_worker(root: int, own_pid: int) -> int | None:
     return None
 
 
+def run_delays(pids: list[int]) -> dict[tuple[int, int], int]:
+    """(pid, thread id) -> nanoseconds that thread spent runnable but waiting for a CPU
+    (schedstat's second field): where no cgroup keeps a pressure account for a tree."""
+    found: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                text = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text()
+                found[(pid, int(tid))] = int(text.split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
 def threads(pid: int) -> dict[int, int]:
     """Thread id -> CPU nanoseconds used so far, for one process."""
     found: dict[int, int] = {}

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.sandbox.inspect import descendants, is_stopped, live_tree, tree_cpu_ns
+from agents.sandbox.inspect import descendants, is_stopped, live_tree, run_delays, tree_cpu_ns
 from agents.sandbox.quota import ProcessTable
 from agents.sandbox.wire import (
     CHUNK,
@@ -136,6 +136,8 @@ class Peer:
         self._cpu_at_resume: float | None = None
         self.frozen_cpu_s = 0.0  # CPU its tree used while stopped, over all stops
         self.awake_cpu_s: float | None = None  # CPU its tree used between the last resume/stop
+        self.awake_wait_s: float | None = None  # of that spell, its wait for a CPU
+        self._wait_at_resume: float | dict[tuple[int, int], int] | None = None
         self._spell_ops: list[str] = []  # the present awake spell's request (two: several)
         self._spell_cpu: dict[str, float] = {}  # op -> CPU of the last spell it had alone
         self.violation = ""  # why a strict peer is refused at its next request
@@ -278,6 +280,7 @@ class Peer:
             self.awake_cpu_s = max(self._cpu_at_stop - self._cpu_at_resume, 0.0)
             if len(self._spell_ops) == 1:
                 self._spell_cpu[self._spell_ops[0]] = self.awake_cpu_s
+        self.awake_wait_s = _waited_since(self._wait_at_resume, self._wait_mark())
         self._hold_to_timing(set(self._pids))
 
     def resume(self) -> None:
@@ -292,6 +295,7 @@ class Peer:
                     "(work done while the other side was timed)"
                 )
         self._cpu_at_resume = used
+        self._wait_at_resume = self._wait_mark()
         self._spell_ops = []
         cgroup = self.cgroup
         if cgroup is not None:
@@ -317,6 +321,14 @@ class Peer:
             return cgroup.cpu_seconds()
         pids = self._pids if self.stopped and self._pids else self._members()
         return tree_cpu_ns(pids) / 1e9 if pids else None
+
+    def _wait_mark(self) -> float | dict[tuple[int, int], int] | None:
+        """Where the tree's wait for a CPU stands: its cgroup's pressure total (seconds), or
+        without one each thread's run delay; read only while it is stopped."""
+        cgroup = self.cgroup
+        if cgroup is not None:
+            return cgroup.cpu_wait_seconds()
+        return run_delays(self._pids) if self._pids else None
 
     def spell_cpu_s(self, op: str) -> float | None:
         """CPU seconds of the worker's whole tree in the last spell between a `resume` and a
@@ -415,3 +427,18 @@ def _drain(stream, tail: Tail) -> None:
     with contextlib.suppress(OSError, ValueError):
         while chunk := stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
             tail.add(chunk)
+
+
+def _waited_since(
+    before: float | dict[tuple[int, int], int] | None,
+    after: float | dict[tuple[int, int], int] | None,
+) -> float | None:
+    """Seconds of one awake spell during which the tree waited for a CPU: the cgroup's
+    "full" pressure (no task of it ran while some could), or without one the longest wait of
+    any one thread (the whole of it for a tree that works on one thread)."""
+    if isinstance(before, float) and isinstance(after, float):
+        return max(after - before, 0.0)
+    if isinstance(before, dict) and isinstance(after, dict):
+        waits = [ns - before.get(key, 0) for key, ns in after.items()]
+        return max([0, *waits]) / 1e9
+    return None

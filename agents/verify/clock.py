@@ -63,7 +63,7 @@ from agents.sandbox.peer import Peer
 from agents.sandbox.wire import Frame
 from agents.verify import devflush, hidden_work, stability
 from agents.verify.openings import Opening, OpeningPolicy, Openings
-from agents.verify.stability import PressureReading, read_pressure
+from agents.verify.stability import PressureReading, own_run_delay_s, read_pressure
 from agents.verify.timing import (
     PairTiming,
     Sample,
@@ -128,6 +128,9 @@ class _Record:
     ref_prepare_cpu: list[float | None] = field(default_factory=list)  # the same, CPU s
     cand_prepare_cpu: list[float | None] = field(default_factory=list)
     flushes: list[float] = field(default_factory=list)  # the parent's L2 flushes, host ms
+    ref_wait: list[float | None] = field(default_factory=list)  # of each timed request, the
+    cand_wait: list[float | None] = field(default_factory=list)  # seconds its worker waited
+    overhead_wait: list[float | None] = field(default_factory=list)  # for a CPU
 
     def net(self, floor: float = 1e-9) -> tuple[list[float], list[float]]:
         """Per call: timed requests less the median of what a request costs besides its
@@ -135,6 +138,29 @@ class _Record:
         extra, calls = statistics.median(self.overhead), self.calls
         return tuple(  # type: ignore[return-value]
             [max((t - extra) / calls, floor) for t in side] for side in (self.ref, self.cand)
+        )
+
+    def waits(self, floor: float) -> stability.Waits | None:
+        """The ratio of the medians per call with each request's wait for a CPU taken out
+        (the cost besides the calls likewise), and each side's share of time spent waiting;
+        None where a wait could not be read."""
+        sides = ((self.ref, self.ref_wait), (self.cand, self.cand_wait))
+        everything = [*self.ref_wait, *self.cand_wait, *self.overhead_wait]
+        if not self.overhead or any(w is None for w in everything):
+            return None
+        if any(len(t) != len(w) for t, w in (*sides, (self.overhead, self.overhead_wait))):
+            return None
+        extra = statistics.median(
+            o - w for o, w in zip(self.overhead, self.overhead_wait, strict=True)
+        )
+        ref, cand = (
+            [max((t - w - extra) / self.calls, floor) for t, w in zip(times, waits, strict=True)]
+            for times, waits in sides
+        )
+        return stability.Waits(
+            speedup=statistics.median(ref) / statistics.median(cand),
+            reference_share=sum(self.ref_wait) / max(sum(self.ref), 1e-12),
+            candidate_share=sum(self.cand_wait) / max(sum(self.cand), 1e-12),
         )
 
     def resolution(self) -> float:
@@ -185,6 +211,7 @@ class OutsideClock:
         self.notes: list[str] = []
         self.calls = 1  # K, the same for both sides
         self.footprint: dict[str, int] = {}  # the reference's: one input set, one output
+        self.waited: float | None = None  # the last timed request's wait for a CPU
 
     def measure(self) -> PairTiming:
         config = self.config
@@ -212,7 +239,8 @@ class OutsideClock:
                 raise TimingRefused(problem)
         self._check_canary(record)
         ref_s, cand_s = self._net_times(record)
-        return self._pair_timing(ref_s, cand_s, config, pressure, method)
+        waits = record.waits(floor=1e-9 if record.resolved() else record.resolution())
+        return self._pair_timing(ref_s, cand_s, config, pressure, method, waits)
 
     def _get_ready(self, config: ClockConfig) -> str:
         """Capture a CUDA graph where asked, warm up, choose K; the method line saying how."""
@@ -241,6 +269,7 @@ class OutsideClock:
                 statistics.median(ref_times) / statistics.median(cand_times),
                 bootstrap_speedup_ci(ref_times, cand_times, config.bootstrap),
                 stability.stall_share(pressure, read_pressure(time.monotonic())),
+                record.waits(floor=1e-9 if record.resolved() else record.resolution()),
             )
             if first.stable or attempt:
                 return
@@ -294,6 +323,7 @@ class OutsideClock:
         config: ClockConfig,
         pressure: PressureReading | None,
         method: str,
+        waits: stability.Waits | None = None,
     ) -> PairTiming:
         """The samples in milliseconds, the speedup with its interval, and its stability."""
         ref_ms, cand_ms = ([t * 1e3 for t in side] for side in (ref_s, cand_s))
@@ -311,7 +341,14 @@ class OutsideClock:
             speedup,
             interval,
             stability.stall_share(pressure, read_pressure(time.monotonic())),
+            waits,
         )
+        if waits is not None and max(waits.reference_share, waits.candidate_share) > 0.05:
+            self.notes.append(
+                f"waited for a CPU during timed requests: reference {waits.reference_share:.0%}"
+                f", candidate {waits.candidate_share:.0%} (ratio without the waits: "
+                f"{waits.speedup:.2f}x)"
+            )
         return PairTiming(
             reference=ref_sample,
             candidate=cand_sample,
@@ -399,19 +436,23 @@ class OutsideClock:
             elapsed, replies[peer.label] = self._timed(
                 peer, "calls", checksum=weights, scales=scales
             )
+            waited = _within(self.waited, elapsed)
             # The same requests follow on both sides, so each side's next timed run finds the
             # caches as the other's does; only the reference's are used: the request less
             # its calls, after a flush as the timed one was, is what a timed request costs
             # besides them (the round trip, the checksums and, on the GPU, the context switch).
             self._flush(record)
             overhead, _ = self._timed(peer, "checksum", seed=weights, calls=True, scales=scales)
+            overhead_waited = _within(self.waited, overhead)
             if peer is self.ref:  # the band is the reference's alone (the next warm call
                 # restores each side's caches, so the candidate need not mirror it)
                 band = self._awake(
                     peer, "checksum", seed=weights, calls=True, band=True, scales=scales
                 )
                 record.overhead.append(overhead)
+                record.overhead_wait.append(overhead_waited)
                 record.ref.append(elapsed)
+                record.ref_wait.append(waited)
                 record.ref_prepare.append(prepare_s / self.calls)
                 record.ref_prepare_cpu.append(_prepare_cpu(self.ref, self.calls))
                 replies["band"] = band
@@ -419,6 +460,7 @@ class OutsideClock:
                     self.footprint = dict(drawn.header)
             else:
                 record.cand.append(elapsed)
+                record.cand_wait.append(waited)
                 record.cand_prepare.append(prepare_s / self.calls)
                 record.cand_prepare_cpu.append(_prepare_cpu(self.cand, self.calls))
         problem = self.compare_checksums(
@@ -460,12 +502,21 @@ class OutsideClock:
         self.full_check("a timed run", opening)
 
     def _timed(self, peer: Peer, op: str, **fields) -> tuple[float, Frame]:
+        """A request timed from outside; `self.waited` is then the seconds within it that
+        the worker's tree, or this thread to read its reply, waited for a CPU (None where
+        either could not be read)."""
         peer.resume()
+        own_before = own_run_delay_s()
         try:
             with collector_held_off():
                 return peer.timed(op, self.request_timeout_s, **fields)
         finally:
+            own_after = own_run_delay_s()
             peer.stop()
+            worker = peer.awake_wait_s
+            self.waited = None
+            if worker is not None and own_before is not None and own_after is not None:
+                self.waited = worker + max(own_after - own_before, 0.0)
 
     def _awake(self, peer: Peer, op: str, **fields) -> Frame:
         peer.resume()
@@ -530,3 +581,9 @@ def _prepare_cpu(peer: Peer, calls: int) -> float | None:
     """CPU seconds per call of the worker's last `prepare` request (None where unread)."""
     cpu_s = peer.spell_cpu_s("prepare")
     return None if cpu_s is None else cpu_s / calls
+
+
+def _within(waited: float | None, elapsed: float) -> float | None:
+    """A request's wait for a CPU, at most its own wall time: the worker's and this thread's
+    waits can overlap (the worker still busy after its reply while this thread waits)."""
+    return None if waited is None else min(waited, elapsed)

@@ -18,6 +18,12 @@ the first round to the last, cannot see it. So the rule asks what such an interv
   share of time a runnable task waited for a CPU) over the measurement; above
   `CONTENDED_SHARE`, the interval must clear the band itself, not just 1.
 
+- did the scheduler, not the code, set the ratio? Each timed request's wait for a CPU (the
+  worker's cgroup's CPU pressure, or its threads' run delay) is read from outside; a claim
+  whose ratio moves by more than the band once each request's wait is taken out was made by
+  the waits. CI saw an A/A copy at 2.57x, its halves agreeing and its interval clear of the
+  band, beside two busy loops: one side's requests waited for a CPU, the other's did not.
+
 A ratio within the band (an A/A copy's) is reported as a number when its halves agree: it
 claims no speedup. Large real speedups survive: their halves agree in direction and within a
 factor of two, and their intervals stand far from 1.
@@ -46,6 +52,15 @@ class Stability:
 
 
 @dataclass(frozen=True)
+class Waits:
+    """How long each side's timed requests waited for a CPU, and the ratio without it."""
+
+    speedup: float  # the ratio of the medians, each request's wait taken out
+    reference_share: float  # of the reference's timed wall time, the share spent waiting
+    candidate_share: float
+
+
+@dataclass(frozen=True)
 class PressureReading:
     """The kernel's cumulative CPU stall ("some", microseconds) at a moment."""
 
@@ -58,6 +73,16 @@ def read_pressure(now_s: float) -> PressureReading | None:
     try:
         first = PRESSURE_PATH.read_text().splitlines()[0]
         return PressureReading(int(first.split("total=")[1].split()[0]), now_s)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def own_run_delay_s() -> float | None:
+    """Seconds this thread has spent runnable but waiting for a CPU (its schedstat): the
+    parent's own wait to read a reply is inside the request it times."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as handle:
+            return int(handle.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
 
@@ -89,11 +114,20 @@ def assess(
     speedup: float,
     interval: tuple[float, float],
     contention: float | None = None,
+    waits: Waits | None = None,
 ) -> Stability:
     """Whether `speedup` (with its 95% `interval`) from these per-round times (run order,
     paired by round) can be reported as a number; see the module docstring for the rule."""
     if not (speedup > 0 and math.isfinite(speedup)):
         return Stability(False, f"the ratio of the medians came out as {speedup}")
+    if waits is not None and _set_by_waits(speedup, waits):
+        return Stability(
+            False,
+            f"{_busy(contention)}the reference's timed requests waited for a CPU "
+            f"{waits.reference_share:.0%} of their time and the candidate's "
+            f"{waits.candidate_share:.0%}: without those waits the ratio is "
+            f"{waits.speedup:.2f}x, not {speedup:.2f}x",
+        )
     split = halves(paired_ratios(reference, candidate))
     if split is not None:
         first, second = split
@@ -122,6 +156,16 @@ def assess(
             f"{low:.2f}-{high:.2f}x does not clear {target:.2f}x",
         )
     return Stability(True)
+
+
+def _set_by_waits(speedup: float, waits: Waits) -> bool:
+    """A claim (beyond the band either way) that moves by more than the band once each
+    request's wait for a CPU is taken out; a ratio within the band claims nothing."""
+    if 1 / BAND <= speedup <= BAND:
+        return False
+    if not (waits.speedup > 0 and math.isfinite(waits.speedup)):
+        return True
+    return max(speedup / waits.speedup, waits.speedup / speedup) > BAND
 
 
 def _halves_disagree(first: float, second: float, claim: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,3 +55,33 @@ def test_resolved_means_both_medians_clear_the_jitter(call, cand, overhead, jitt
         for side in (ref_net, cand_net):
             assert sorted(side)[len(side) // 2] > record.jitter() * 0.5
     assert record.jitter() >= 5e-6
+
+
+def test_the_ratio_without_waits_takes_each_requests_wait_out():
+    """The reference's requests each waited 4 ms for a CPU, the candidate's did not: the raw
+    ratio says 2.6x, the one without the waits 1.0x; the cost besides the calls is net of its
+    own waits too."""
+    record = _Record()
+    for _ in range(20):
+        record.overhead.append(0.0015)
+        record.overhead_wait.append(0.0005)
+        record.ref.append(0.0075)
+        record.ref_wait.append(0.004)
+        record.cand.append(0.0035)
+        record.cand_wait.append(0.0)
+    ref, cand = record.net()
+    assert ref[0] / cand[0] == pytest.approx(3.0)
+    waits = record.waits(floor=1e-9)
+    assert waits is not None
+    assert waits.speedup == pytest.approx(1.0)
+    assert waits.reference_share == pytest.approx(0.004 / 0.0075)
+    assert waits.candidate_share == 0.0
+
+
+def test_an_unread_wait_gives_no_ratio_without_waits():
+    record = _record(0.001, 0.001, 0.0002, 0.00001)
+    assert record.waits(floor=1e-9) is None
+    record.ref_wait.extend([0.0] * len(record.ref))
+    record.cand_wait.extend([0.0] * len(record.cand))
+    record.overhead_wait.extend([None] * len(record.overhead))
+    assert record.waits(floor=1e-9) is None

@@ -151,3 +151,33 @@ def test_cpu_pressure_is_a_share_of_the_span(tmp_path: Path, monkeypatch: pytest
     assert stall_share(start, None) is None
     monkeypatch.setattr(stability, "PRESSURE_PATH", tmp_path / "absent")
     assert stability.read_pressure(1.0) is None
+
+
+def test_a_claim_the_waits_made_is_unstable():
+    """CI's A/A at 2.57x: the reference's requests waited for a CPU, the candidate's did not;
+    with each request's wait taken out the ratio is 1.0x, so the claim is the scheduler's."""
+    reference, candidate = [2.6] * 20, [1.0] * 20
+    waits = stability.Waits(speedup=1.0, reference_share=0.6, candidate_share=0.0)
+    speedup = statistics.median(reference) / statistics.median(candidate)
+    verdict = assess(reference, candidate, speedup, (2.5, 2.7), None, waits)
+    assert not verdict.stable
+    assert "waited for a CPU 60%" in verdict.reason and "1.00x, not 2.60x" in verdict.reason
+
+
+@pytest.mark.parametrize("without_waits", [2.4, 2.6, 3.0])
+def test_a_claim_that_survives_its_waits_stays_a_number(without_waits):
+    reference, candidate = [2.6] * 20, [1.0] * 20
+    waits = stability.Waits(without_waits, reference_share=0.2, candidate_share=0.2)
+    assert assess(reference, candidate, 2.6, (2.5, 2.7), None, waits).stable
+
+
+def test_waits_never_unsettle_a_ratio_within_the_band():
+    waits = stability.Waits(speedup=0.5, reference_share=0.0, candidate_share=0.7)
+    assert assess([1.1] * 20, [1.0] * 20, 1.1, (1.05, 1.15), None, waits).stable
+
+
+def test_own_run_delay_is_read_and_grows():
+    first = stability.own_run_delay_s()
+    assert first is not None and first >= 0
+    second = stability.own_run_delay_s()
+    assert second is not None and second >= first
