@@ -73,6 +73,7 @@ class SearchRun:
         self.history = PlanHistory()
         self.branch_samples: dict[int, list[Sample]] = {}  # id(child) -> its branch's samples
         self.stop_reason = ""
+        self.plans_failed_before = 0  # plans the logbook held as failed when the run began
         self.state = SearchState(best=Node(source=reference.text, speedup=1.0), beam=[])
 
     def emit(self, event: ev.SearchEvent) -> None:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
+from agents.display import plural
 from agents.evaluate import EvalError
 from agents.profile.api import ProblemFailed, ProfileError, profile_file
 from agents.profile.report import Profile
+from agents.sandbox.cpus import allowed_cpus, free_cpus
 from agents.search import events as ev
 from agents.search.context import SearchRun
 from agents.search.knowledge import hot_lines_json, render_profile, signature_for, skill_briefs
@@ -22,7 +25,9 @@ log = logging.getLogger("kernel_agent.search")
 
 
 async def prepare(run: SearchRun, root: Node) -> None:
-    """Profile and gate the reference, and give it its logbook entry."""
+    """Choose the thread count, profile and gate the reference, and give it its logbook
+    entry."""
+    await choose_threads(run)
     root.profile = await profile(run, root.source, is_reference=True)
     metrics = root.profile.metrics() if root.profile is not None else None
     result = gate(metrics, run.reference.text, device=run.options.device)
@@ -33,6 +38,7 @@ async def prepare(run: SearchRun, root: Node) -> None:
         run.device_name = root.profile.ceilings.name or run.options.device
         run.emit(ev.Profiled(render_profile(root.profile), hot_lines_json(root.profile)))
     if run.memory.logbook is not None:
+        run.plans_failed_before = len(run.memory.logbook.failed_plans(run.task_id))
         known = run.memory.logbook.was_tried(run.task_id, source=root.source)
         if known is not None and known.parent_id is None:
             root.attempt_id = known.id
@@ -40,6 +46,23 @@ async def prepare(run: SearchRun, root: Node) -> None:
             root.attempt_id = run.memory.logbook.record(
                 run.task_id, verdict="correct", source=root.source, plan="", speedup=1.0
             ).id
+
+
+async def choose_threads(run: SearchRun) -> None:
+    """Unless the user chose, time on one thread per CPU that other work leaves free, once
+    for the whole run (agents/sandbox/cpus.py says why), and say so when that is fewer than
+    the machine has. A GPU's timings barely use the CPU's pool: it keeps every core."""
+    options = run.options
+    if options.threads is not None or options.device != "cpu":
+        return
+    free = await asyncio.to_thread(free_cpus)
+    total = len(allowed_cpus())
+    run.options = replace(options, threads=free)
+    if free < total:
+        run.state.notes.append(
+            f"timed on {plural(free, 'thread')}: {total - free} of {total} CPUs were busy "
+            "with other work when the run began (--threads N to choose)"
+        )
 
 
 async def profile(run: SearchRun, source: str, *, is_reference: bool = False) -> Profile | None:

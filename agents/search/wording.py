@@ -30,8 +30,7 @@ def no_plans(run: SearchRun, repeats: int) -> str:
 
 def _offline_no_plans(run: SearchRun, repeats: int) -> str:
     logbook = run.memory.logbook
-    tried_before = logbook is not None and bool(logbook.failed_plans(run.task_id))
-    if tried_before:
+    if logbook is not None and run.plans_failed_before:
         path = getattr(getattr(logbook, "store", None), "path", None)
         where = f" (memory: {path})" if path is not None else ""
         return (

@@ -15,14 +15,13 @@ MODEL_WORDS = ("repl", "model", "planner", "unreadable", "readab")
 
 
 def fake_run(label: str, failed: list[str], iteration: int = 1):
-    logbook = SimpleNamespace(
-        failed_plans=lambda task_id: failed,
-        store=SimpleNamespace(path=Path(".demo/memory.sqlite3")),
-    )
+    """`failed`: the plans the logbook held as failed when the run began."""
+    logbook = SimpleNamespace(store=SimpleNamespace(path=Path(".demo/memory.sqlite3")))
     return SimpleNamespace(
         roles=SimpleNamespace(planner=SimpleNamespace(label=label)),
         memory=SimpleNamespace(logbook=logbook),
         task_id="t",
+        plans_failed_before=len(failed),
         state=SimpleNamespace(iteration=iteration, last_llm_error="HTTP 500"),
     )
 
