@@ -343,6 +343,7 @@ class _Stage:
     on_phase: Callable[[str], None] | None = None
     name: str = "loading"
     iteration: str = ""  # the search's, once it has begun one
+    search_phase: str = ""
 
     def enter(self, name: str) -> None:
         self.name = name
@@ -354,16 +355,17 @@ class _Stage:
 
     def judge(self, reference: SourceFile, candidate: SourceFile, options: EvalOptions):
         """`evaluate`, cancelled with the problem (EvalCancelled then)."""
-        return evaluate(
-            reference, candidate, replace(options, static_check=False), self.token.event
-        )
+        unchecked = replace(options, static_check=False)  # our own baselines: no static check
+        on_phase = lambda phase: self.tell(f"{self.name} · {phase.text}")  # noqa: E731
+        return evaluate(reference, candidate, unchecked, self.token.event, on_phase=on_phase)
 
     def search_event(self, event: SearchEvent) -> None:
         """The search's phases, as "search · iteration 1/2 · evaluating 3 candidates"."""
         if isinstance(event, IterationStarted):
             self.iteration = f"iteration {event.iteration}/{event.iterations}"
         elif isinstance(event, PhaseStarted):
-            parts = ("search", self.iteration, event.phase)
+            self.search_phase = event.phase or self.search_phase
+            parts = ("search", self.iteration, self.search_phase, event.detail)
             self.tell(" · ".join(part for part in parts if part))
 
 

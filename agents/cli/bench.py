@@ -191,7 +191,6 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
     )
     console = make_console(stderr=args.json)
     clock = _clock(args)
-    judging = f"baseline: {args.baseline} against eager"
     with _interrupts(clock) as interrupts, BenchView(len(paths), "benchmarking") as view:
 
         def advance(report: BenchReport) -> None:
@@ -206,7 +205,7 @@ def run_bench_command(args: argparse.Namespace, argv: list[str]) -> int:
                 on_report=advance,
                 previous=previous,
                 clock=clock,
-                on_start=lambda index, name: view.show(index, name, judging),
+                on_phase=view.show,
             )
     if args.plot:
         plot_report(report, args.plot)
@@ -338,12 +337,9 @@ def _run_optimize(paths: list[Path], args: argparse.Namespace, argv: list[str]) 
             if args.out:
                 _save(report.to_json(), args.out)
 
-        def on_phase(index: int, name: str, phase: str) -> None:
-            view.show(index, name, phase)
-
         with clock.running():
             report = run_optimize_bench(
-                paths, options, on_row=advance, clock=clock, previous=previous, on_phase=on_phase
+                paths, options, on_row=advance, clock=clock, previous=previous, on_phase=view.show
             )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

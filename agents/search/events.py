@@ -66,10 +66,12 @@ class IterationStarted(SearchEvent):
 class PhaseStarted(SearchEvent):
     """What the search does now, in words ("profiling the reference", "planning",
     "evaluating 3 candidates", "timing the best on fresh inputs"), so progress is never a
-    bare counter that stands still for minutes."""
+    bare counter that stands still for minutes. An event with `detail` only refines the
+    phase already shown (`phase` is then empty)."""
 
     kind: ClassVar[str] = "phase"
     phase: str
+    detail: str = ""  # the running evaluation's own phase ("correctness 2/5"), within `phase`
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,16 @@ has seen failing is not judged again."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
 from dataclasses import replace
 
+from agents.evalpool.service import EvalEvent
 from agents.evaluate import EvalCancelled
 from agents.llm.base import LLMError, MissingAPIKeyError
 from agents.roles.base import Candidate, Plan, PlanningContext
+from agents.search import events as ev
 from agents.search.context import SearchRun
 from agents.search.finish import ranked_speedup
 from agents.search.nodes import Node, Sample, SearchState
@@ -165,11 +170,25 @@ async def _evaluate(run: SearchRun, state: SearchState, source: str) -> EvalResu
             SourceFile(source, f"<candidate {state.evaluations}>"),
             options,
             run.cancel.event,
+            on_event=phase_teller(run),
         )
     except EvalCancelled:
         return None
     state.seen[key] = (result.verdict.value, result.speedup)
     return result
+
+
+def phase_teller(run: SearchRun) -> Callable[[EvalEvent], None]:
+    """The pool's phase events (on an evaluation's thread) as PhaseStarted details, emitted
+    on the search's own loop: event sinks (a server's pipe) are written from one thread."""
+    loop = asyncio.get_running_loop()
+
+    def tell(event: EvalEvent) -> None:
+        if event.kind == "phase" and event.detail:
+            with contextlib.suppress(RuntimeError):  # the search has ended: nobody to tell
+                loop.call_soon_threadsafe(run.emit, ev.PhaseStarted("", event.detail))
+
+    return tell
 
 
 def _error_log(result: EvalResult) -> str:

@@ -49,6 +49,7 @@ class ProgressView:
         self.candidates = 0
         self.iteration = 0
         self.phase = "starting"
+        self.detail = ""  # the running evaluation's phase, within self.phase
 
     def __enter__(self) -> ProgressView:
         self.progress.__enter__()
@@ -65,7 +66,9 @@ class ProgressView:
                 "[bold]profile[/bold] " + escape(event.summary).replace("\n", "\n  ")
             )
         elif isinstance(event, ev.PhaseStarted):
-            self.phase = event.phase
+            if event.phase:
+                self.phase = event.phase
+            self.detail = event.detail
         elif isinstance(event, ev.IterationStarted):
             self.iteration = event.iteration
         elif isinstance(event, ev.CandidateEvaluated):
@@ -87,11 +90,11 @@ class ProgressView:
             self.progress.update(self.task, completed=done, status=self.status())
 
     def status(self) -> str:
-        """"iteration 1/6 · evaluating 3 candidates · best 1.00x · 2 candidates": where the
+        """ "iteration 1/6 · evaluating 3 candidates · best 1.00x · 2 candidates": where the
         search is and what it does now, never a bare counter."""
         where = f"iteration {self.iteration}/{self.iterations}" if self.iteration else ""
         found = f"best {self.best:.2f}x · {plural(self.candidates, 'candidate')}"
-        return " · ".join(part for part in (where, self.phase, found) if part)
+        return " · ".join(part for part in (where, self.phase, self.detail, found) if part)
 
 
 def failure_line(event: ev.CandidateEvaluated) -> str:
