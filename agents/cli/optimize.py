@@ -6,7 +6,9 @@ field path in the request (`--iterations` → `search.iterations`), and a flag l
 absent from the parsed arguments, so a config file's value stands unless a flag is given.
 
 Exit status: 0 when a result was produced ("no improvement" included), 1 when the search
-failed, 2 for a usage error. Ctrl-C cancels: the best verified kernel so far is kept.
+failed, 2 for a usage error (a reference that fails on its own included). `--max-time` is a
+deadline: whatever runs then is cancelled and the best verified kernel so far is written.
+Ctrl-C (SIGINT) and SIGTERM do the same and exit 130 and 143.
 """
 
 from __future__ import annotations
@@ -151,7 +153,8 @@ def _add_budget_arguments(opt: argparse.ArgumentParser) -> None:
         type=float,
         default=GIVEN,
         metavar="SECONDS",
-        help="stop after this long",
+        help="wall-clock budget: what runs then is cancelled, and the best kernel verified so "
+        "far is written",
     )
 
 
