@@ -29,6 +29,11 @@ class ProblemFailed(ProfileError):
     timeout or sandbox trouble, so any run of it would fail the same way."""
 
 
+class ProblemTooLarge(ProblemFailed):
+    """The problem cannot fit this machine at these sizes (agents/sizing/check.py): any run
+    of it would fail, so a search stops at once with the one-line refusal."""
+
+
 RAISE_HINT = "raise it with --max-time"
 
 
@@ -154,6 +159,8 @@ def read_outcome(outcome: ChildOutcome, source: SourceFile, limits: Limits) -> P
     if message is not None:
         if message.get("error"):
             text = _one_line(str(message["error"]))
+            if message.get("too_large"):
+                raise ProblemTooLarge(text)
             raise (ProblemFailed if _in_users_code(text, source) else ProfileError)(text)
         try:
             return Profile.from_json(message["profile"])

@@ -28,7 +28,10 @@ def main(argv: list[str]) -> None:
         profile = _profile(request, source, channel, stage)
         channel.send("result", profile=profile.to_json())
     except BaseException as error:  # user code may raise anything, SystemExit included
-        channel.send("result", error=_describe(error, source, stage.name))
+        from agents.sizing.check import TooLarge
+
+        too_large = isinstance(error, TooLarge)  # refused before any real tensor
+        channel.send("result", error=_describe(error, source, stage.name), too_large=too_large)
     finish()
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from agents.display import plural
 from agents.evaluate import EvalError
-from agents.profile.api import ProblemFailed, ProfileError, profile_file
+from agents.profile.api import ProblemFailed, ProblemTooLarge, ProfileError, profile_file
 from agents.profile.report import Profile
 from agents.sandbox.cpus import allowed_cpus, free_cpus
 from agents.search import events as ev
@@ -86,6 +86,11 @@ async def profile(run: SearchRun, source: str, *, is_reference: bool = False) ->
             cache_dir=run.options.cache_dir,
             cancel=run.cancel.event,
         )
+    except ProblemTooLarge as error:
+        if is_reference:  # its one line says what it needs and what to do
+            raise EvalError(str(error)) from None
+        log.info("profiling failed: %s", error)
+        found = None
     except ProblemFailed as error:
         if is_reference:  # nothing can be compared with a reference that fails on its own
             raise EvalError(f"the reference fails on its own: {error}") from None

@@ -9,6 +9,11 @@ from agents.sizing.footprint import GB, NEED_FACTOR, WORKER_FACTOR, Footprint, g
 from agents.sizing.machine import Capacity, capacity
 from agents.task import LoadedProblem, SourceFile, TaskLoadError, size_kind
 
+
+class TooLarge(TaskLoadError):
+    """The problem cannot fit at these sizes; the message is the one-line refusal."""
+
+
 TRACE_SHARE = 16
 """The forward is traced only when its inputs and weights alone, times the run's factor,
 pass a sixteenth of the memory there is: below that, activations 16 times the inputs would
@@ -23,7 +28,7 @@ def refuse_if_too_big(
     size: str,
     factors: tuple[int, int] = (NEED_FACTOR, WORKER_FACTOR),
 ) -> Footprint | None:
-    """Raise TaskLoadError (one line) when the problem at its current sizes cannot fit; the
+    """Raise TooLarge (one line) when the problem at its current sizes cannot fit; the
     footprint otherwise, or None when the trace or the machine could not be read (then it
     simply runs: a failed estimate never refuses). `factors`: forwards' worth of memory the
     whole run and its worker hold at once (an evaluation's by default; PROFILE_FACTOR's)."""
@@ -40,7 +45,7 @@ def refuse_if_too_big(
     message = shortfall(footprint, room, factors)
     if message is not None:
         machine = math.ceil(factors[0] * footprint.forward_bytes * 1.25 / GB)
-        raise TaskLoadError(f"{source.label}: {refusal(size, message, machine)}")
+        raise TooLarge(f"{source.label}: {refusal(size, message, machine)}")
     return footprint
 
 

@@ -30,23 +30,30 @@ def kernel_agent(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
 
 @requires_jail
 def test_the_estimate_refuses_a_problem_no_machine_holds_in_one_line(tmp_path):
-    """eval and profile at the file's own sizes: exit 2, one line that says how much is
-    needed, how much there is and what to do; no real allocation (1.1 TB would not come back
-    as a line at all), so it is quick."""
+    """eval (in the reference's worker) and optimize (in its profile of the reference, before
+    any search) at the file's own sizes: exit 2, one line that says how much is needed, how
+    much there is and what to do; no real allocation (1.1 TB would not come back as a line at
+    all), so it is quick."""
     candidate = tmp_path / "candidate.py"
     candidate.write_text(re.sub(r"\bModel\b", "ModelNew", TERABYTE.read_text()))
-    for command in (["eval", str(TERABYTE), str(candidate), *FAST], ["profile", str(TERABYTE)]):
+    output = tmp_path / "out.py"
+    commands = (
+        ["eval", str(TERABYTE), str(candidate), *FAST],
+        ["optimize", str(TERABYTE), "--iterations", "1", "--output", str(output), *FAST],
+    )
+    for command in commands:
         started = time.monotonic()
         done = kernel_agent(*command)
         took = time.monotonic() - started
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1, done.stderr
-        assert re.search(r"at its default sizes this problem needs about \d+(\.\d)? GB", lines[0])
-        assert "weights 67 MB" in lines[0] or "weights 0.1 GB" in lines[0]
-        assert re.search(r"available memory is \d+(\.\d)? GB|address space", lines[0])
+        assert re.search(r"at its default sizes this problem needs about [\d.]+ GB", lines[0])
+        assert "inputs 1099.5 GB, weights 67 MB" in lines[0]
+        assert re.search(r"available memory is [\d.]+ GB|address space", lines[0])
         assert re.search(r"use --size fit, or a machine with \d+ GB", lines[0])
         assert took < 90, f"{command[0]} took {took:.0f} s to refuse"
+        assert not output.exists()
 
 
 @requires_jail
