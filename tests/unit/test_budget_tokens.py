@@ -4,6 +4,7 @@ progress line's phase (agents/search/progress.py): in-process, no sandbox."""
 from __future__ import annotations
 
 import io
+import os
 import time
 
 import pytest
@@ -78,3 +79,10 @@ def test_the_optimize_line_names_iteration_phase_and_evaluation_phase():
     assert view.status().startswith("iteration 1/6 · evaluating 3 candidates · correctness 2/5")
     view(ev.PhaseStarted("planning"))
     assert view.status().startswith("iteration 1/6 · planning · best")
+
+
+def test_the_watchdog_finds_every_process_below_one():
+    from agents.cli.interrupt import descendants
+
+    assert os.getpid() in descendants(os.getppid())
+    assert os.getpid() not in descendants(os.getpid())
