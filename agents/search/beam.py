@@ -194,13 +194,16 @@ class Search:
     ) -> list[Node | None]:
         """All K samples of every plan: the executor calls run at once; the judging chains
         (evaluate, then repair) start in plan and sample order, `parallel_evals` at a time,
-        so which of two identical samples is judged does not depend on reply timing."""
+        so which of two identical samples is judged does not depend on reply timing. A
+        chain starts once its own draft and those before it are in, not once all are: a
+        slow draft (an offline compile of a minute on a busy machine) must not hold back
+        the judging of a quick one ahead of it."""
         run = self.context
         contexts = [planning_context(run, parent, 0) for _, parent in branches]
         keys = [(b, k) for b in range(len(branches)) for k in range(run.config.samples)]
-        drafts = await asyncio.gather(
-            *(draft(run, contexts[b], branches[b][0], k) for b, k in keys)
-        )
+        drafts = [
+            asyncio.ensure_future(draft(run, contexts[b], branches[b][0], k)) for b, k in keys
+        ]
         samples: dict[tuple[int, int], Sample] = {}
         slots = asyncio.Semaphore(run.config.parallel_evals)
         run.emit(ev.PhaseStarted(f"evaluating {plural(len(keys), 'candidate')}"))
@@ -213,9 +216,15 @@ class Search:
                 slots.release()
 
         running = []
-        for (b, k), candidate in zip(keys, drafts, strict=True):
-            await slots.acquire()
-            running.append(asyncio.ensure_future(chain(b, k, candidate)))
+        try:
+            for (b, k), drafted in zip(keys, drafts, strict=True):
+                candidate = await drafted
+                await slots.acquire()
+                running.append(asyncio.ensure_future(chain(b, k, candidate)))
+        except BaseException:
+            for task in [*drafts, *running]:  # a raise (a missing key) leaves none behind
+                task.cancel()
+            raise
         if running:
             await asyncio.gather(*running)
         return [

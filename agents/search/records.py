@@ -113,7 +113,8 @@ def record_unjudged(
 ) -> None:
     """A sample that was never judged: the budget or a cancel stopped it, or the executor's
     model call failed and left no code."""
-    stop = run.stop_reason
+    # A deadline or Ctrl-C that cancelled its evaluation may not be the run's reason yet.
+    stop = run.stop_reason or (run.cancel.stop_reason() if run.cancel.cancelled else "")
     state.fates.judged(
         CandidateFate(
             plan=plan.title,
