@@ -6,6 +6,7 @@ in one line of the result."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -121,3 +122,29 @@ def test_memory_s_best_that_fails_re_verification_is_said_so(tmp_path):
     first = json.loads(trajectory.read_text())["trajectory"][0]
     assert first["plan"].startswith(RECALLED) and first["verdict"] == "incorrect"
     assert not (tmp_path / "out.py").exists()
+
+
+@pytest.mark.slow
+def test_memory_s_rewrite_measured_no_faster_is_judged_again(tmp_path):
+    """A verified rewrite memory holds at 1.00x (its plan now never planned again, as a
+    failed plan) comes back and is judged on fresh inputs: one timing on a busy machine must
+    not hide it for good (issue 34: a second `make demo` had nothing left to try)."""
+    memory = tmp_path / "memory.sqlite3"
+    copy = re.sub(r"\bModel\b", "ModelNew", PROBLEM.read_text())  # an A/A copy
+    with MemoryStore(memory) as store:
+        book = Logbook(store)
+        task = task_id_for(PROBLEM.read_text(), "cpu")
+        root = book.record(task, verdict="correct", source=PROBLEM.read_text(), speedup=1.0)
+        book.record(
+            task, verdict="correct", source=copy, plan=EGRAPH.text(), parent_id=root.id,
+            speedup=1.0,
+        )  # fmt: skip
+    trajectory = tmp_path / "trajectory.json"
+    done = optimize(
+        str(PROBLEM), "--json", "--no-profile", "--threads", "1", "--timing-budget", "0.3",
+        "--max-evals", "1", "--iters", "1", "--memory", str(memory),
+        "--trajectory", str(trajectory), "--output", str(tmp_path / "out.py"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = json.loads(trajectory.read_text())["trajectory"][0]
+    assert first["plan"].startswith(RECALLED) and first["verdict"] == "correct", first
