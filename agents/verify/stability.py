@@ -19,10 +19,13 @@ the first round to the last, cannot see it. So the rule asks what such an interv
   `CONTENDED_SHARE`, the interval must clear the band itself, not just 1.
 
 - did the scheduler, not the code, set the ratio? Each timed request's wait for a CPU (the
-  worker's cgroup's CPU pressure, or its threads' run delay) is read from outside; a claim
-  whose ratio moves by more than the band once each request's wait is taken out was made by
-  the waits. CI saw an A/A copy at 2.57x, its halves agreeing and its interval clear of the
-  band, beside two busy loops: one side's requests waited for a CPU, the other's did not.
+  worker's cgroup's CPU pressure, or its threads' run delay, and the parent's own wait to
+  read the reply) is read from outside; a claim that taking the waits out leaves within the
+  band, or shrinks by more than the square root of what is left, was made by the waits (a
+  claim the waits shrank is understated, and stands: with K calls a request on both sides,
+  the faster side's short requests carry a time slice's wait in a larger share). CI saw an
+  A/A copy at 2.57x, its halves agreeing and its interval clear of the band, beside two busy
+  loops: one side's requests waited for a CPU, the other's did not.
 
 A ratio within the band (an A/A copy's) is reported as a number when its halves agree: it
 claims no speedup. Large real speedups survive: their halves agree in direction and within a
@@ -159,13 +162,20 @@ def assess(
 
 
 def _set_by_waits(speedup: float, waits: Waits) -> bool:
-    """A claim (beyond the band either way) that moves by more than the band once each
-    request's wait for a CPU is taken out; a ratio within the band claims nothing."""
+    """A claim (beyond the band either way) that the waits inflated: taking each request's
+    wait out leaves no claim, or shrinks it by more than the square root of what is left
+    (in logs, the waits made more than a third of the claim). Waits that shrank a claim
+    (the faster side waited more) never unsettle it: it is understated, not overstated. A
+    ratio within the band claims nothing."""
     if 1 / BAND <= speedup <= BAND:
         return False
-    if not (waits.speedup > 0 and math.isfinite(waits.speedup)):
+    left = waits.speedup if speedup > 1 else 1 / waits.speedup if waits.speedup > 0 else 0.0
+    claim = speedup if speedup > 1 else 1 / speedup
+    if not (left > 0 and math.isfinite(left)):
         return True
-    return max(speedup / waits.speedup, waits.speedup / speedup) > BAND
+    if left >= claim:
+        return False
+    return left <= BAND or math.log(claim / left) > 0.5 * math.log(left)
 
 
 def _halves_disagree(first: float, second: float, claim: int) -> bool:

@@ -181,3 +181,22 @@ def test_own_run_delay_is_read_and_grows():
     assert first is not None and first >= 0
     second = stability.own_run_delay_s()
     assert second is not None and second >= first
+
+
+@pytest.mark.parametrize(
+    ("raw", "without_waits", "stable"),
+    [
+        (2.68, 1.91, False),  # A/A beside two busy loops (measured): the waits made it
+        (1.74, 1.13, False),  # the same run measured again
+        (16.92, 12.56, True),  # the demo's real rewrite beside two busy loops (measured)
+        (13.66, 16.87, True),  # the waits shrank the claim: understated, never refused
+        (20.62, 432.0, True),  # the fast side's short requests all but waiting: understated
+        (0.4, 0.95, False),  # a slowdown the waits made
+        (0.4, 0.35, True),
+    ],
+)
+def test_the_waits_unsettle_only_a_claim_they_inflated(raw, without_waits, stable):
+    waits = stability.Waits(without_waits, reference_share=0.3, candidate_share=0.3)
+    low, high = raw * 0.95, raw * 1.05
+    verdict = assess([raw] * 20, [1.0] * 20, raw, (low, high), None, waits)
+    assert verdict.stable is stable, verdict.reason
