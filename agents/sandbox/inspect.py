@@ -119,31 +119,25 @@ def find_worker(root: int, own_pid: int) -> int | None:
 def run_delays(pids: list[int]) -> dict[tuple[int, int], int]:
     """(pid, thread id) -> nanoseconds that thread spent runnable but waiting for a CPU
     (schedstat's second field): where no cgroup keeps a pressure account for a tree."""
-    found: dict[tuple[int, int], int] = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                text = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text()
-                found[(pid, int(tid))] = int(text.split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
+    return {(pid, tid): fields[1] for pid in pids for tid, fields in _schedstats(pid).items()}
 
 
 def threads(pid: int) -> dict[int, int]:
     """Thread id -> CPU nanoseconds used so far, for one process."""
-    found: dict[int, int] = {}
+    return {tid: fields[0] for tid, fields in _schedstats(pid).items()}
+
+
+def _schedstats(pid: int) -> dict[int, tuple[int, int]]:
+    """Thread id -> (CPU ns run, ns waited on a run queue), for one process's threads."""
+    found: dict[int, tuple[int, int]] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return found
     for tid in tids:
         try:
-            found[int(tid)] = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+            found[int(tid)] = (int(fields[0]), int(fields[1]))
         except (OSError, ValueError, IndexError):
             continue
     return found
