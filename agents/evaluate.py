@@ -230,8 +230,9 @@ class _Workers:
         except WorkerStartFailed as error:
             _raise_if_cancelled(cancel)
             if self._candidate_cache_burst():
-                # Its source's cache (shared with a concurrent run of the same source, which
-                # filled it) outgrew the quota before it said hello: the source's fault.
+                # Its source's cache outgrew the quota before it said hello (a writer that
+                # takes no lock filled it: runs of one source never share a cache now, see
+                # agents/sandbox/caches.py): the source's fault.
                 return ReviewFindings(verdict=Verdict.REJECTED), True
             raise EvalError(f"{error}; try --no-jail to compare") from None
         except ReferenceBroken as error:
