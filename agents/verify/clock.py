@@ -141,9 +141,7 @@ class _Record:
         )
 
     def waits(self, floor: float) -> stability.Waits | None:
-        """The ratio of the medians per call with each request's wait for a CPU taken out
-        (the cost besides the calls likewise), and each side's share of time spent waiting;
-        None where a wait could not be read."""
+        """The per-call ratio with each request's CPU wait taken out; None if one is unread."""
         sides = ((self.ref, self.ref_wait), (self.cand, self.cand_wait))
         everything = [*self.ref_wait, *self.cand_wait, *self.overhead_wait]
         if not self.overhead or any(w is None for w in everything):
@@ -278,9 +276,7 @@ class OutsideClock:
     def _runs(self, record: _Record, config: ClockConfig, attempt: int, reverified: bool) -> bool:
         """One attempt's timed runs; a ratio over `reverify_above` has the candidate verified
         in full once. Returns whether that re-verification has been done. The budget binds
-        from the `2 * MIN_HALF`-th round of the attempt, not only after `min_runs`: beside busy
-        processes a round of a dozen requests took seconds, and ten of them (twenty measured
-        again) ran a 3 s budget out to 18-143 s; six rounds still let the halves be compared."""
+        from the attempt's sixth round (halves need six): busy, ten rounds took 18-143 s."""
         started = time.monotonic()
         first = len(record.ref)
         while len(record.ref) < config.max_runs * (attempt + 1):
@@ -380,9 +376,10 @@ class OutsideClock:
         if not batched:
             return
         ping = min(self._timed(self.ref, "ping")[0] for _ in range(3))
-        fast, slow = sorted(
-            max(statistics.median(side) - ping, 1e-6) for side in (single.ref, single.cand)
-        )
+        fast, slow = sorted(  # net of each request's wait for a CPU: one warm-up request
+            max(statistics.median(_unwaited(s, w)) - ping, 1e-6)  # that waited a time slice
+            for s, w in ((single.ref, single.ref_wait), (single.cand, single.cand_wait))
+        )  # under load read as a call of 20 ms and left K at 1
         self._set_calls(fast, slow, single)
         if self.calls < 2:
             return
@@ -392,7 +389,13 @@ class OutsideClock:
         if first >= 4:  # the marginal cost of a call, the request's fixed cost cancelled
             fast, slow = sorted(
                 max((statistics.median(many) - statistics.median(one)) / (first - 1), 1e-7)
-                for many, one in ((batch.ref, single.ref), (batch.cand, single.cand))
+                for many, one in (
+                    (_unwaited(batch.ref, batch.ref_wait), _unwaited(single.ref, single.ref_wait)),
+                    (
+                        _unwaited(batch.cand, batch.cand_wait),
+                        _unwaited(single.cand, single.cand_wait),
+                    ),
+                )
             )
             self._set_calls(fast, slow, single)
 
@@ -508,9 +511,7 @@ class OutsideClock:
         self.full_check("a timed run", opening)
 
     def _timed(self, peer: Peer, op: str, **fields) -> tuple[float, Frame]:
-        """A request timed from outside; `self.waited` is then the seconds within it that
-        the worker's tree, or this thread to read its reply, waited for a CPU (None where
-        either could not be read)."""
+        """A request timed from outside; `self.waited`: its wait for a CPU (worker + us)."""
         peer.resume()
         own_before = own_run_delay_s()
         try:
@@ -590,6 +591,10 @@ def _prepare_cpu(peer: Peer, calls: int) -> float | None:
 
 
 def _within(waited: float | None, elapsed: float) -> float | None:
-    """A request's wait for a CPU, at most its own wall time: the worker's and this thread's
-    waits can overlap (the worker still busy after its reply while this thread waits)."""
+    """A request's wait for a CPU, at most its wall time (the worker's and ours overlap)."""
     return None if waited is None else min(waited, elapsed)
+
+
+def _unwaited(times: list[float], waits: list[float | None]) -> list[float]:
+    """Requests' wall times less their waits for a CPU (an unread wait counts as none)."""
+    return [t - (w or 0.0) for t, w in zip(times, waits, strict=False)]
